@@ -1,0 +1,224 @@
+"""The decode loop: prefill, then propose -> build_tree -> verify -> accept -> commit.
+
+Contract: `speculative_generate(target, prompt_ids, drafter, config)` yields one
+`Step` per target forward pass with the tokens committed by that pass, their text
+delta and statistics. The committed tokens are the target's own greedy tokens:
+a drafted token is kept only while it equals the target's argmax at its parent,
+and the target's argmax after the last kept node (the bonus) is always added.
+EOS, stop strings and max_new_tokens cut the run exactly where greedy decoding
+would stop, also in the middle of an accepted run. `cancel()` is polled between
+passes. `greedy_generate` is the plain one-token reference on the same cache code.
+
+KV cache invariant between passes: the cache holds every committed token except
+the last one (`root`, the pending bonus token), whose key/values are computed in
+the next pass as tree node 0.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol, Sequence
+
+import torch
+
+from runtime.textstream import TextStream
+from runtime.tree import Tree, accept, build_tree
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_new_tokens: int = 256
+    max_nodes: int = 16            # verify width: tree nodes per pass, root included
+    stop_strings: tuple[str, ...] = ()
+    ignore_eos: bool = False       # decode past EOS (tests force long runs this way)
+
+
+@dataclass
+class DraftContext:
+    """What a drafter may look at when proposing continuations of `root`."""
+
+    ids: list[int]                 # prompt + committed tokens; ids[-1] == root
+    root: int                      # the known next target token (not yet in the cache)
+    features: torch.Tensor | None  # [L, H] hidden states (drafter.feature_layers) of the node that predicted root
+    max_nodes: int
+
+
+class Drafter(Protocol):
+    feature_layers: tuple[int, ...]
+
+    def propose(self, ctx: DraftContext) -> list[list[int]]:
+        """Candidate continuations after ctx.root, best first."""
+
+    def observe(self, tree: Tree, path: list[int]) -> None:
+        """Told which nodes of its tree were accepted (for statistics/adaptation)."""
+
+
+@dataclass
+class Step:
+    tokens: list[int]              # tokens committed by this pass (after stop truncation)
+    drafted: int                   # how many of them came from the tree
+    text: str                      # their text
+    finish: str | None             # None, "eos", "stop", "length" or "cancelled"
+    tree_size: int = 1
+    seconds: float = 0.0
+    sources: list[int] = field(default_factory=list)  # candidate index that made each drafted token
+
+
+@dataclass
+class DecodeStats:
+    passes: int = 0                # target forward passes, prefill included
+    new_tokens: int = 0
+    seconds: float = 0.0
+    accepted_hist: Counter = field(default_factory=Counter)  # drafted tokens kept per pass -> count
+
+    def add(self, step: Step) -> None:
+        self.passes += 1
+        self.new_tokens += len(step.tokens)
+        self.seconds += step.seconds
+        self.accepted_hist[step.drafted] += 1
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.new_tokens / max(self.passes, 1)
+
+
+def _forward(model, ids: torch.Tensor, cache, position_ids: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None, hidden: bool = False):
+    out = model(input_ids=ids, cache=cache, position_ids=position_ids, attention_mask=mask,
+                use_cache=True, output_hidden_states=hidden)
+    return out.logits[0], (out.hidden_states if hidden else None)
+
+
+def prefill(model, prompt_ids: Sequence[int], feature_layers: tuple[int, ...] = (-1,)):
+    """Run the prompt. Returns (cache, argmax after the prompt, features [L, H] of the last prompt token)."""
+    from transformers import DynamicCache
+
+    device = model.device
+    cache = DynamicCache(config=model.config)
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+    pos = torch.arange(ids.shape[1], device=device)[None]
+    logits, hs = _forward(model, ids, cache, position_ids=pos, hidden=True)
+    feats = torch.stack([hs[i][0, -1] for i in feature_layers])
+    return cache, int(logits[-1].argmax()), feats
+
+
+def verify(model, cache, tree: Tree, prefix_len: int, feature_layers: tuple[int, ...] = (-1,)):
+    """One target forward over all tree nodes on top of the cache.
+
+    Returns argmax [q] (list of ints) and the hidden states (tuple over layers of [q, H]).
+    """
+    device = model.device
+    ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
+    mask = tree.attention_mask(prefix_len, model.dtype, device)
+    logits, hs = _forward(model, ids, cache, tree.position_ids(prefix_len, device), mask, hidden=True)
+    return logits.argmax(-1).tolist(), hs
+
+
+def commit(cache, prefix_len: int, path: list[int]) -> int:
+    """Compact the cache to prefix + accepted path nodes; returns the new cached length."""
+    q = cache.get_seq_length() - prefix_len
+    if path == list(range(len(path))):
+        drop = q - len(path)
+        if drop:
+            cache.crop(-drop)
+    else:
+        device = cache.layers[0].keys.device
+        keep = torch.cat([torch.arange(prefix_len, device=device),
+                          prefix_len + torch.tensor(path, dtype=torch.long, device=device)])
+        for layer in cache.layers:
+            layer.keys = layer.keys.index_select(-2, keep)
+            layer.values = layer.values.index_select(-2, keep)
+    return prefix_len + len(path)
+
+
+def _emit(stream: TextStream, tokens: list[int], drafted: int, sources: list[int], t0: float, tree_size: int) -> Step:
+    kept, text = [], []
+    for tok in tokens:
+        kept.append(tok)
+        text.append(stream.push(tok))
+        if stream.finish:
+            break
+    if stream.finish:
+        text.append(stream.flush())
+    return Step(tokens=kept, drafted=min(drafted, len(kept)), text="".join(text), finish=stream.finish,
+                tree_size=tree_size, seconds=time.perf_counter() - t0, sources=sources[:len(kept)])
+
+
+def _stream_for(target, config: DecodeConfig) -> TextStream:
+    eos = set() if config.ignore_eos else target.eos_token_ids
+    return TextStream(target.tokenizer, eos, config.max_new_tokens, config.stop_strings)
+
+
+@torch.inference_mode()
+def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | None, config: DecodeConfig,
+                         cancel: Callable[[], bool] | None = None) -> Iterator[Step]:
+    """Yield one Step per target forward pass (see module docstring)."""
+    model = target.model
+    layers = tuple(getattr(drafter, "feature_layers", (-1,)))
+    stream = _stream_for(target, config)
+    if config.max_new_tokens <= 0:
+        return
+    t0 = time.perf_counter()
+    cache, root, feats = prefill(model, prompt_ids, layers)
+    prefix_len = len(prompt_ids)
+    ids = list(prompt_ids) + [root]
+    step = _emit(stream, [root], 0, [], t0, len(prompt_ids))
+    yield step
+    while step.finish is None:
+        if cancel is not None and cancel():
+            yield Step(tokens=[], drafted=0, text="", finish="cancelled")
+            return
+        t0 = time.perf_counter()
+        ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=config.max_nodes)
+        candidates = drafter.propose(ctx) if drafter is not None else []
+        tree = build_tree(root, candidates, config.max_nodes)
+        argmax, hs = verify(model, cache, tree, prefix_len, layers)
+        path, bonus = accept(tree, argmax)
+        prefix_len = commit(cache, prefix_len, path)
+        if drafter is not None:
+            drafter.observe(tree, path)
+        new = [tree.tokens[n] for n in path[1:]] + [bonus]
+        feats = torch.stack([hs[i][0, path[-1]] for i in layers])
+        step = _emit(stream, new, len(path) - 1, [tree.source[n] for n in path[1:]], t0, tree.size)
+        ids.extend(step.tokens)
+        root = bonus
+        yield step
+
+
+@torch.inference_mode()
+def greedy_generate(target, prompt_ids: Sequence[int], config: DecodeConfig,
+                    cancel: Callable[[], bool] | None = None) -> Iterator[Step]:
+    """The reference: one token per forward pass on the same cache code."""
+    model = target.model
+    stream = _stream_for(target, config)
+    if config.max_new_tokens <= 0:
+        return
+    t0 = time.perf_counter()
+    cache, tok, _ = prefill(model, prompt_ids)
+    pos = len(prompt_ids)
+    step = _emit(stream, [tok], 0, [], t0, pos)
+    yield step
+    while step.finish is None:
+        if cancel is not None and cancel():
+            yield Step(tokens=[], drafted=0, text="", finish="cancelled")
+            return
+        t0 = time.perf_counter()
+        ids = torch.tensor([[tok]], dtype=torch.long, device=model.device)
+        logits, _ = _forward(model, ids, cache, torch.tensor([[pos]], device=model.device))
+        tok = int(logits[-1].argmax())
+        pos += 1
+        step = _emit(stream, [tok], 0, [], t0, 1)
+        yield step
+
+
+def run_to_end(steps: Iterator[Step]) -> tuple[list[int], DecodeStats]:
+    """Drain a step iterator; returns the generated tokens and statistics."""
+    tokens: list[int] = []
+    stats = DecodeStats()
+    for step in steps:
+        if step.finish == "cancelled":
+            break
+        tokens.extend(step.tokens)
+        stats.add(step)
+    return tokens, stats

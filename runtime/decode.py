@@ -32,6 +32,7 @@ class DecodeConfig:
     max_nodes: int = 16            # verify width: tree nodes per pass, root included
     stop_strings: tuple[str, ...] = ()
     ignore_eos: bool = False       # decode past EOS (tests force long runs this way)
+    eos_token_ids: tuple[int, ...] | None = None  # None: the target's own
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Step:
     tree_size: int = 1
     seconds: float = 0.0
     sources: list[int] = field(default_factory=list)  # candidate index that made each drafted token
+    truncated: int = 0             # verified tokens dropped because a stop condition came first
 
 
 @dataclass
@@ -142,11 +144,14 @@ def _emit(stream: TextStream, tokens: list[int], drafted: int, sources: list[int
     if stream.finish:
         text.append(stream.flush())
     return Step(tokens=kept, drafted=min(drafted, len(kept)), text="".join(text), finish=stream.finish,
-                tree_size=tree_size, seconds=time.perf_counter() - t0, sources=sources[:len(kept)])
+                tree_size=tree_size, seconds=time.perf_counter() - t0, sources=sources[:len(kept)],
+                truncated=len(tokens) - len(kept))
 
 
 def _stream_for(target, config: DecodeConfig) -> TextStream:
-    eos = set() if config.ignore_eos else target.eos_token_ids
+    eos = set(config.eos_token_ids) if config.eos_token_ids is not None else target.eos_token_ids
+    if config.ignore_eos:
+        eos = set()
     return TextStream(target.tokenizer, eos, config.max_new_tokens, config.stop_strings)
 
 

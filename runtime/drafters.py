@@ -37,11 +37,12 @@ class OracleDrafter(_Base):
     def __init__(self, reference: Sequence[int], depth: int = 6):
         self.reference = list(reference)
         self.depth = depth
+        self._modulus = max(self.reference) + 1   # keeps made-up tokens inside the target vocabulary
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
         n = len(ctx.ids)
         true = self.reference[n: n + self.depth]
-        wrong = [(t + 1) % 1000 for t in true[:2]]
+        wrong = [(t + 1) % self._modulus for t in true[:2]]
         return [true, wrong] if true else []
 
 
@@ -51,14 +52,15 @@ class AdversarialDrafter(_Base):
     def __init__(self, reference: Sequence[int], width: int = 4, depth: int = 3):
         self.reference = list(reference)
         self.width, self.depth = width, depth
+        self._modulus = max(self.reference) + 1
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
         n = len(ctx.ids)
         nxt = self.reference[n] if n < len(self.reference) else -1
         out = []
         for k in range(1, self.width + 1):
-            first = (nxt + k) % 1000 if nxt >= 0 else k
-            out.append([first] + [(first * 7 + j) % 1000 for j in range(self.depth - 1)])
+            first = (nxt + k) % self._modulus if nxt >= 0 else k
+            out.append([first] + [(first * 7 + j) % self._modulus for j in range(self.depth - 1)])
         return out
 
 

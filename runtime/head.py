@@ -89,11 +89,15 @@ class PhraseHead(nn.Module):
 
 
 def save_artifact(path: str | Path, head: PhraseHead, vocab: DraftVocab, meta: dict[str, Any] | None = None,
-                  extra: dict[str, torch.Tensor] | None = None) -> None:
-    """Write head + vocabulary (+ extra tensors, e.g. a phrase-chain table) to one safetensors file."""
+                  extra: dict[str, torch.Tensor] | None = None, dtype: torch.dtype = torch.float32) -> None:
+    """Write head + vocabulary (+ extra tensors, e.g. a phrase-chain table) to one safetensors file.
+
+    `dtype` is the storage precision of the head weights (fp16 halves a shipped file);
+    `load_artifact` always returns a float32 head.
+    """
     if head.rows != vocab.capacity:
         raise ValueError(f"head has {head.rows} rows but the vocabulary {vocab.capacity}")
-    tensors = {f"head.{k}": v.detach().float().contiguous() for k, v in head.state_dict().items()}
+    tensors = {f"head.{k}": v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}
     vt, vmeta = vocab.state()
     tensors.update(vt)
     for k, v in (extra or {}).items():
@@ -123,7 +127,7 @@ def load_artifact(path: str | Path) -> Artifact:
         config = HeadConfig(**cfg)
         vocab = DraftVocab.from_state({k: v for k, v in tensors.items() if k.startswith("vocab.")}, md)
         head = PhraseHead(config, vocab.capacity)
-        head.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith("head.")})
+        head.load_state_dict({k[5:]: v.float() for k, v in tensors.items() if k.startswith("head.")})
     except Exception as e:  # safetensors raises several types for a damaged file
         raise ValueError(f"{path}: damaged head artifact ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from e
     head.eval()

@@ -1,0 +1,169 @@
+"""Side-by-side decoding benchmark: hf, pld, greedy and phrase on the same prompts.
+
+Contract: `run_bench(target, prompts, config, drafter_factory)` runs every method on
+every prompt (methods interleaved per prompt, so drifting machine load hits all
+of them alike, after one untimed warm-up) and returns the JSON-ready report of
+DESIGN.md: `methods.<name>.{tokens_per_pass, tokens_per_second, speedup_vs_hf,
+exact_match_vs_hf, ...}` and `per_prompt[]` rows `{id, method, new_tokens,
+forward_passes, seconds, tokens}`. Forward passes are counted by a hook on the
+target model, the same way for every method. When hf runs, each other method's
+first divergence from it is recorded with the reference's top-1 minus top-2
+logit margin at that index (how tie-breaking is told from a bug).
+"""
+from __future__ import annotations
+
+import platform
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
+
+METHODS = ("hf", "pld", "greedy", "phrase")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    max_new_tokens: int = 128
+    methods: tuple[str, ...] = METHODS
+    tree_width: int = 16
+    pld_tokens: int = 10
+    ignore_eos: bool = False
+
+
+class PassCounter:
+    """Counts target forward calls through a forward hook."""
+
+    def __init__(self, model):
+        self.n = 0
+        self._h = model.register_forward_hook(lambda *a: self._tick())
+
+    def _tick(self) -> None:
+        self.n += 1
+
+    def close(self) -> None:
+        self._h.remove()
+
+
+def _hf(target, ids: list[int], cfg: BenchConfig, pld: bool) -> tuple[list[int], list[float]]:
+    model = target.model
+    x = torch.tensor([ids], device=target.device)
+    kw: dict[str, Any] = dict(do_sample=False, max_new_tokens=cfg.max_new_tokens,
+                              attention_mask=torch.ones_like(x), pad_token_id=target.tokenizer.pad_token_id
+                              or next(iter(target.eos_token_ids), 0))
+    if cfg.ignore_eos:
+        kw["eos_token_id"] = None
+    if pld:
+        kw["prompt_lookup_num_tokens"] = cfg.pld_tokens
+        out = model.generate(x, **kw)
+        return out[0, len(ids):].tolist(), []
+    out = model.generate(x, output_logits=True, return_dict_in_generate=True, **kw)
+    margins = []
+    for logit in out.logits:
+        top2 = logit[0].float().topk(2).values
+        margins.append(float(top2[0] - top2[1]))
+    return out.sequences[0, len(ids):].tolist(), margins
+
+
+def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter) -> tuple[list[int], list[float], Counter]:
+    dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, max_nodes=cfg.tree_width, ignore_eos=cfg.ignore_eos)
+    if method in ("hf", "pld"):
+        toks, margins = _hf(target, ids, cfg, pld=(method == "pld"))
+        return toks, margins, Counter()
+    if method == "greedy":
+        toks, stats = run_to_end(greedy_generate(target, ids, dcfg))
+    elif method == "phrase":
+        toks, stats = run_to_end(speculative_generate(target, ids, drafter, dcfg))
+    else:
+        raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
+    return toks, [], stats.accepted_hist
+
+
+def first_divergence(ref: Sequence[int], out: Sequence[int]) -> int | None:
+    for i, (a, b) in enumerate(zip(ref, out)):
+        if a != b:
+            return i
+    return None if len(ref) == len(out) else min(len(ref), len(out))
+
+
+def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Benchmark `cfg.methods` on `prompts` ([{id, prompt}]); see the module docstring."""
+    counter = PassCounter(target.model)
+    rows: list[dict[str, Any]] = []
+    hist: dict[str, Counter] = {m: Counter() for m in cfg.methods}
+    divergences: list[dict[str, Any]] = []
+    try:
+        warm = target.encode_chat([{"role": "user", "content": "Hi"}])
+        warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width)
+        for m in cfg.methods:
+            _run_one(m, target, warm, warm_cfg, drafter)
+        for pi, p in enumerate(prompts):
+            ids = target.encode_chat([{"role": "user", "content": p["prompt"]}])
+            ref, margins = None, []
+            for m in cfg.methods:
+                counter.n = 0
+                t0 = time.perf_counter()
+                toks, mg, h = _run_one(m, target, ids, cfg, drafter)
+                dt = time.perf_counter() - t0
+                hist[m].update(h)
+                if m == "hf":
+                    ref, margins = toks, mg
+                rows.append({"id": p["id"], "method": m, "new_tokens": len(toks), "forward_passes": counter.n,
+                             "seconds": dt, "tokens": toks, "prompt_tokens": len(ids)})
+                if progress:
+                    progress(f"prompt {pi + 1}/{len(prompts)} {m}: {len(toks)} tokens, "
+                             f"{len(toks) / max(counter.n, 1):.2f}/pass, {len(toks) / dt:.1f} tok/s")
+            if ref is not None:
+                for r in rows[-len(cfg.methods):]:
+                    if r["method"] == "hf":
+                        continue
+                    d = first_divergence(ref, r["tokens"])
+                    r["exact_match_vs_hf"] = d is None
+                    if d is not None:
+                        divergences.append({"id": p["id"], "method": r["method"], "index": d,
+                                            "ref_margin": margins[d] if d < len(margins) else None})
+    finally:
+        counter.close()
+    return summarize(rows, hist, divergences, target, cfg)
+
+
+def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict], target, cfg: BenchConfig) -> dict:
+    methods: dict[str, Any] = {}
+    for m in cfg.methods:
+        mine = [r for r in rows if r["method"] == m]
+        tokens = sum(r["new_tokens"] for r in mine)
+        passes = sum(r["forward_passes"] for r in mine)
+        secs = sum(r["seconds"] for r in mine)
+        methods[m] = {"prompts": len(mine), "new_tokens": tokens, "forward_passes": passes, "seconds": secs,
+                      "tokens_per_pass": tokens / max(passes, 1), "tokens_per_second": tokens / max(secs, 1e-9)}
+        if hist[m]:
+            methods[m]["accepted_histogram"] = {str(k): v for k, v in sorted(hist[m].items())}
+    if "hf" in methods:
+        base = methods["hf"]["tokens_per_second"]
+        for m, s in methods.items():
+            s["speedup_vs_hf"] = s["tokens_per_second"] / base
+            if m == "hf":
+                s["exact_match_vs_hf"] = 1.0
+            else:
+                flags = [r.get("exact_match_vs_hf", False) for r in rows if r["method"] == m]
+                s["exact_match_vs_hf"] = sum(flags) / max(len(flags), 1)
+    return {
+        "target": target.name, "dtype": target.dtype, "device": str(target.device),
+        "machine": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "config": {"max_new_tokens": cfg.max_new_tokens, "tree_width": cfg.tree_width, "methods": list(cfg.methods)},
+        "methods": methods, "divergences": divergences, "per_prompt": rows,
+    }
+
+
+def format_table(report: dict) -> str:
+    lines = [f"{report['target']} {report['dtype']} on {report['device']} ({report['machine']})",
+             f"{'method':8} {'tok/pass':>9} {'tok/s':>8} {'vs hf':>7} {'exact':>7}"]
+    for m, s in report["methods"].items():
+        lines.append(f"{m:8} {s['tokens_per_pass']:9.2f} {s['tokens_per_second']:8.2f} "
+                     f"{s.get('speedup_vs_hf', float('nan')):6.2f}x {s.get('exact_match_vs_hf', float('nan')):7.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""Shared fixtures: a tiny random Qwen3 target (unit tests) and the real SmolLM2 (integration)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.target import Target
+
+
+class IdTokenizer:
+    """A stand-in tokenizer for tiny random models: token i decodes to "<i>"."""
+
+    eos_token_id = 2
+    pad_token_id = 0
+    all_special_ids = [0, 1, 2]
+    chat_template = None
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(f"<{int(i)}>" for i in ids if not (skip_special_tokens and int(i) in self.all_special_ids))
+
+    def __call__(self, text: str):
+        return {"input_ids": [3 + (ord(c) % 200) for c in text]}
+
+
+def tiny_qwen3(vocab: int = 256, seed: int = 0) -> Target:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                      tie_word_embeddings=False, initializer_range=0.2, eos_token_id=2, bos_token_id=1, pad_token_id=0)
+    model = Qwen3ForCausalLM(cfg).eval().requires_grad_(False)
+    model.generation_config.eos_token_id = 2
+    model.generation_config.pad_token_id = 0
+    return Target(model=model, tokenizer=IdTokenizer(), name="tiny-qwen3", dtype="fp32", device=torch.device("cpu"))
+
+
+@pytest.fixture(scope="session")
+def tiny_target() -> Target:
+    return tiny_qwen3()
+
+
+@pytest.fixture(scope="session")
+def smol_fp32() -> Target:
+    from runtime.target import load_target
+
+    return load_target("default", "fp32")
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    from transformers import AutoTokenizer
+
+    from runtime.fetch import ensure_default_model
+
+    return AutoTokenizer.from_pretrained(ensure_default_model())

@@ -1,0 +1,79 @@
+"""Integration: phrase speculation on the real SmolLM2-135M-Instruct equals generate(do_sample=False) in fp32.
+
+Twenty varied prompts x 64 new tokens (decoding forced past EOS, as transformers'
+own assisted-decoding test does), with three drafters: an oracle that proposes the
+true continuation (must bank well over one token per pass), an adversarial one
+whose every proposal is wrong, and the phrase head (untrained) + prompt lookup.
+"""
+import pytest
+import torch
+
+from runtime.decode import DecodeConfig, run_to_end, speculative_generate
+from runtime.drafters import AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter, UnionDrafter
+from runtime.head import HeadConfig, PhraseHead
+from runtime.vocab import DraftVocab, TokenTable
+
+from .prompts import PROMPTS
+
+pytestmark = pytest.mark.slow
+N = 64
+
+
+def untrained_phrase_drafter(target):
+    table = TokenTable.from_tokenizer(target.tokenizer)
+    vocab = DraftVocab()
+    for text in [" the", " of the", " is", " =", " + ", " * ", " def", "(self", " return", " in the",
+                 " United States", " you", " can", "\n\n", ". The", " to", " and", ",", " a", " it"]:
+        vocab.add(table.expand(text), text)
+    torch.manual_seed(0)
+    head = PhraseHead(HeadConfig(hidden_size=target.hidden_size), vocab.capacity)
+    return UnionDrafter(PhraseDrafter(head, vocab, target.model.get_input_embeddings(), top_k=6), PromptLookupDrafter())
+
+
+@pytest.fixture(scope="module")
+def references(smol_fp32):
+    refs = []
+    for p in PROMPTS:
+        ids = smol_fp32.encode_chat([{"role": "user", "content": p}])
+        x = torch.tensor([ids])
+        out = smol_fp32.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                                       max_new_tokens=N, eos_token_id=None, pad_token_id=0)
+        refs.append((ids, out[0, len(ids):].tolist()))
+    return refs
+
+
+def test_twenty_prompts(references):
+    assert len(references) >= 20
+    assert len({tuple(r) for _, r in references}) == len(references)
+
+
+@pytest.mark.parametrize("kind", ["oracle", "adversarial", "phrase"])
+def test_equals_generate_fp32(smol_fp32, references, kind):
+    passes = tokens = 0
+    for ids, ref in references:
+        drafter = {"oracle": lambda: OracleDrafter(ids + ref),
+                   "adversarial": lambda: AdversarialDrafter(ids + ref),
+                   "phrase": lambda: untrained_phrase_drafter(smol_fp32)}[kind]()
+        out, stats = run_to_end(speculative_generate(smol_fp32, ids, drafter,
+                                                     DecodeConfig(max_new_tokens=N, ignore_eos=True)))
+        assert out == ref, f"diverged at {next(i for i, (a, b) in enumerate(zip(out, ref)) if a != b)}"
+        passes += stats.passes
+        tokens += stats.new_tokens
+    if kind == "oracle":
+        assert tokens / passes > 4.0
+    if kind == "adversarial":
+        assert tokens / passes == pytest.approx(1.0)
+
+
+def test_natural_eos_inside_oracle_run(smol_fp32):
+    ids = smol_fp32.encode_chat([{"role": "user", "content": "Reply with just the word yes."}])
+    x = torch.tensor([ids])
+    long = smol_fp32.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=24,
+                                    eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+    ref = smol_fp32.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=24,
+                                   pad_token_id=0)[0, len(ids):].tolist()
+    assert ref[-1] in smol_fp32.eos_token_ids and len(ref) < len(long)
+    steps = list(speculative_generate(smol_fp32, ids, OracleDrafter(ids + long, depth=12),
+                                      DecodeConfig(max_new_tokens=24)))
+    assert [t for s in steps for t in s.tokens] == ref
+    assert steps[-1].finish == "eos" and steps[-1].truncated > 0

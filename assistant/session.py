@@ -100,6 +100,56 @@ class Session:
     def with_config(self, **changes: Any) -> "Session":
         return Session(replace(self.config, **changes))
 
+    def maybe_reload_head(self, path: str | Path | None) -> bool:
+        """Between answers: use the head artifact at `path` if it is not the one in use (True when
+        swapped). An answer already streaming keeps the drafter it started with; a head that fails
+        to load is reported (returns False) and the current one keeps working."""
+        if path is None or not self.loaded:
+            return False
+        if str(path) == str((self.head_info or {}).get("head")):
+            return False
+        try:
+            self.swap_head(path)
+        except Exception as e:  # noqa: BLE001 - a bad adapter head must not stop the chat
+            import logging
+
+            logging.getLogger("assistant.session").warning("head %s not swapped in: %s", path, e)
+            return False
+        return True
+
 
 class ContextFullError(RuntimeError):
     """The conversation no longer fits the context the memory budget allows."""
+
+
+def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig:
+    """Map a profiles.Profile onto a SessionConfig that obeys the profile's memory budget.
+
+    head_path = the profile's current head (falling back to its last good version; None: the
+    shipped default). With `memory_budget` set, runtime.budget plans the target before anything
+    is loaded: BudgetError (one line, with the numbers) when it cannot fit, else max_context and
+    tree_width come from the plan. `overrides` are SessionConfig fields applied before planning.
+    """
+    cfg = profile.config
+    head = profile.heads.current()
+    sc = SessionConfig(target=cfg.target, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
+                       tree_width=cfg.tree_width, system_prompt=cfg.system_prompt,
+                       head_path=str(head) if head else None)
+    sc = replace(sc, **overrides)
+    if cfg.memory_budget:
+        from runtime.budget import plan_session
+
+        p = plan_session(sc.target, sc.dtype, cfg.memory_budget, tree_width=sc.tree_width, device=sc.device,
+                         head_path=sc.head_path, head_rows=cfg.row_budget, max_context=sc.max_context)
+        sc = replace(sc, max_context=p.max_context, tree_width=min(sc.tree_width, p.tree_width))
+    return sc
+
+
+def open_session(profile_name: str | None = None, **overrides: Any) -> "Session":
+    """An unloaded Session for the named profile (None: the default profile, created if missing)."""
+    from profiles import Profile
+
+    return Session(session_config_from_profile(Profile.open(profile_name), **overrides))
+
+
+Session.from_profile = classmethod(lambda cls, profile, **overrides: cls(session_config_from_profile(profile, **overrides)))  # type: ignore[attr-defined]

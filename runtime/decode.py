@@ -92,28 +92,39 @@ def _forward(model, ids: torch.Tensor, cache, position_ids: torch.Tensor | None 
     return out.logits[0], (out.hidden_states if hidden else None)
 
 
-def prefill(model, prompt_ids: Sequence[int], feature_layers: tuple[int, ...] = (-1,)):
-    """Run the prompt. Returns (cache, argmax after the prompt, features [L, H] of the last prompt token)."""
+def prefill(model, prompt_ids: Sequence[int], feature_layers: tuple[int, ...] = (-1,), chunk: int = 512):
+    """Run the prompt. Returns (cache, argmax after the prompt, features [L, H] of the last prompt token;
+    None when feature_layers is empty).
+
+    Long prompts go in chunks of `chunk` tokens so activations stay inside the memory
+    budget; only the last position's logits and hidden states are kept.
+    """
     from transformers import DynamicCache
 
     device = model.device
     cache = DynamicCache(config=model.config)
     ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-    pos = torch.arange(ids.shape[1], device=device)[None]
-    logits, hs = _forward(model, ids, cache, position_ids=pos, hidden=True)
-    feats = torch.stack([hs[i][0, -1] for i in feature_layers])
-    return cache, int(logits[-1].argmax()), feats
+    n = ids.shape[1]
+    for start in range(0, n, chunk):
+        last = start + chunk >= n
+        part = ids[:, start: start + chunk]
+        pos = torch.arange(start, start + part.shape[1], device=device)[None]
+        out = model(input_ids=part, cache=cache, position_ids=pos, use_cache=True, logits_to_keep=1,
+                    output_hidden_states=last and bool(feature_layers))
+    feats = torch.stack([out.hidden_states[i][0, -1] for i in feature_layers]) if feature_layers else None
+    return cache, int(out.logits[0, -1].argmax()), feats
 
 
-def verify(model, cache, tree: Tree, prefix_len: int, feature_layers: tuple[int, ...] = (-1,)):
+def verify(model, cache, tree: Tree, prefix_len: int, hidden: bool = True):
     """One target forward over all tree nodes on top of the cache.
 
-    Returns argmax [q] (list of ints) and the hidden states (tuple over layers of [q, H]).
+    Returns argmax [q] (list of ints) and, when `hidden`, the hidden states
+    (tuple over layers of [1, q, H]).
     """
     device = model.device
     ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
     mask = tree.attention_mask(prefix_len, model.dtype, device)
-    logits, hs = _forward(model, ids, cache, tree.position_ids(prefix_len, device), mask, hidden=True)
+    logits, hs = _forward(model, ids, cache, tree.position_ids(prefix_len, device), mask, hidden=hidden)
     return logits.argmax(-1).tolist(), hs
 
 
@@ -160,7 +171,7 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
                          cancel: Callable[[], bool] | None = None) -> Iterator[Step]:
     """Yield one Step per target forward pass (see module docstring)."""
     model = target.model
-    layers = tuple(getattr(drafter, "feature_layers", (-1,)))
+    layers = tuple(drafter.feature_layers) if drafter is not None else ()
     stream = _stream_for(target, config)
     if config.max_new_tokens <= 0:
         return
@@ -178,43 +189,23 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=config.max_nodes)
         candidates = drafter.propose(ctx) if drafter is not None else []
         tree = build_tree(root, candidates, config.max_nodes)
-        argmax, hs = verify(model, cache, tree, prefix_len, layers)
+        argmax, hs = verify(model, cache, tree, prefix_len, hidden=bool(layers))
         path, bonus = accept(tree, argmax)
         prefix_len = commit(cache, prefix_len, path)
         if drafter is not None:
             drafter.observe(tree, path)
         new = [tree.tokens[n] for n in path[1:]] + [bonus]
-        feats = torch.stack([hs[i][0, path[-1]] for i in layers])
+        feats = torch.stack([hs[i][0, path[-1]] for i in layers]) if layers else None
         step = _emit(stream, new, len(path) - 1, [tree.source[n] for n in path[1:]], t0, tree.size)
         ids.extend(step.tokens)
         root = bonus
         yield step
 
 
-@torch.inference_mode()
 def greedy_generate(target, prompt_ids: Sequence[int], config: DecodeConfig,
                     cancel: Callable[[], bool] | None = None) -> Iterator[Step]:
-    """The reference: one token per forward pass on the same cache code."""
-    model = target.model
-    stream = _stream_for(target, config)
-    if config.max_new_tokens <= 0:
-        return
-    t0 = time.perf_counter()
-    cache, tok, _ = prefill(model, prompt_ids)
-    pos = len(prompt_ids)
-    step = _emit(stream, [tok], 0, [], t0, pos)
-    yield step
-    while step.finish is None:
-        if cancel is not None and cancel():
-            yield Step(tokens=[], drafted=0, text="", finish="cancelled")
-            return
-        t0 = time.perf_counter()
-        ids = torch.tensor([[tok]], dtype=torch.long, device=model.device)
-        logits, _ = _forward(model, ids, cache, torch.tensor([[pos]], device=model.device))
-        tok = int(logits[-1].argmax())
-        pos += 1
-        step = _emit(stream, [tok], 0, [], t0, 1)
-        yield step
+    """The reference: one token per forward pass (a root-only tree) on the same cache code."""
+    return speculative_generate(target, prompt_ids, None, config, cancel)
 
 
 def run_to_end(steps: Iterator[Step]) -> tuple[list[int], DecodeStats]:

@@ -28,14 +28,13 @@ def _resolve(args) -> tuple[str, str | None]:
     """Target and head from the flags, falling back to the profile when one exists."""
     target, head = args.target, args.head
     if target is None or head is None:
-        try:
-            from profiles import Profile
-            prof = Profile.open(args.profile, create=args.profile is not None)
+        from profiles import Profile, paths
+
+        if args.profile is not None or Profile.exists(paths.default_name()):
+            prof = Profile.open(args.profile, create=False)
             target = target or prof.config.target
             if head is None and (cur := prof.heads.current()) is not None:
                 head = str(cur)
-        except ImportError:
-            pass
     return target or "default", head
 
 

@@ -1,0 +1,135 @@
+"""`assistant ask`: answer prompts without the UI and record them in the profile's history.
+
+Contract: `assistant ask "PROMPT" [--profile P] [--json] [--max-new-tokens N]` answers
+one prompt; `assistant ask --file PROMPTS.jsonl` answers every prompt of a JSON Lines
+file (prompt field found by runtime.jsonl.read_prompts; bad lines are reported as
+FILE:LINE on stderr and skipped). The session is loaded once from the profile
+(target, dtype, head, memory budget). Each answer is streamed to stdout (or printed
+as one JSON object per answer with --json: id, prompt, answer, finish, new_tokens,
+forward_passes, tokens_per_pass, drafted_tokens, seconds, tokens_per_second,
+conversation_id, message_id, profile) and stored as a new conversation whose
+assistant message is marked accepted, with those statistics, in one transaction.
+Progress goes to stderr. Exit 0 when everything asked was answered, 1 when a prompt
+or a line could not be (the others are still answered and recorded).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("ask", help="answer a prompt (or a JSONL file of prompts) without the UI",
+                              description="Answer without the UI; each answer is recorded as accepted "
+                                          "in the profile's history.")
+    p.add_argument("prompt", nargs="?", help="the prompt (omit with --file)")
+    p.add_argument("--file", metavar="PROMPTS.jsonl", help="answer every prompt of a JSON Lines file")
+    p.add_argument("--profile", default=None, help="profile name (default: $ASSISTANT_PROFILE or 'default')")
+    p.add_argument("--json", action="store_true", help="print one JSON object per answer")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                   help="answer length limit (default: the profile's max_new_tokens)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default=None,
+                   help="override the profile's dtype")
+    p.set_defaults(func=run)
+
+
+def _prompts(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
+    from assistant.errors import UserError
+
+    if args.file and args.prompt:
+        raise UserError("give a prompt or --file, not both")
+    if args.file:
+        from runtime.jsonl import read_prompts
+
+        return read_prompts(args.file)
+    if not args.prompt:
+        raise UserError("nothing to answer: give a prompt or --file PROMPTS.jsonl")
+    return [{"id": 1, "prompt": args.prompt}], []
+
+
+def answer_one(session: Any, prompt: str, max_new_tokens: int | None, echo: bool) -> tuple[str, dict[str, Any]]:
+    """Stream one answer; returns (text, statistics). Counts like runtime.decode.DecodeStats."""
+    parts: list[str] = []
+    finish = None
+    passes = new_tokens = drafted = 0
+    seconds = 0.0
+    for step in session.answer([{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens):
+        if step.finish == "cancelled":
+            finish = "cancelled"
+            break
+        passes += 1
+        new_tokens += len(step.tokens)
+        drafted += step.drafted
+        seconds += step.seconds
+        parts.append(step.text)
+        finish = step.finish or finish
+        if echo and step.text:
+            sys.stdout.write(step.text)
+            sys.stdout.flush()
+    if echo:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    out = {"new_tokens": new_tokens, "forward_passes": passes,
+           "tokens_per_pass": round(new_tokens / max(passes, 1), 4), "drafted_tokens": drafted,
+           "seconds": round(seconds, 4), "tokens_per_second": round(new_tokens / seconds, 3) if seconds > 0 else None,
+           "finish": finish}
+    return "".join(parts), out
+
+
+def record(history: Any, prompt: str, answer: str, stats: dict[str, Any], system_prompt: str) -> tuple[int, int]:
+    """Store prompt + accepted answer as a new conversation, atomically; returns (conversation, message) ids."""
+    title = " ".join(prompt.split())[:60]
+    with history.transaction():
+        conv = history.new_conversation(title, system_prompt)
+        history.add_message(conv, "user", prompt)
+        msg = history.add_message(conv, "assistant", answer, accepted=True, stats=stats)
+    return conv, msg
+
+
+def run(args: argparse.Namespace) -> int:
+    from assistant.session import ContextFullError, Session, session_config_from_profile
+    from profiles import Profile
+
+    prompts, errors = _prompts(args)
+    for e in errors:
+        print(f"[ask] skipped {e}", file=sys.stderr)
+    if not prompts:
+        print(f"assistant: {args.file}: no usable prompts", file=sys.stderr)
+        return 1
+    profile = Profile.open(args.profile, create=args.profile is None)
+    history = profile.history  # fail before loading the model if the history is unusable
+    overrides = {"dtype": args.dtype} if args.dtype else {}
+    session = Session(session_config_from_profile(profile, **overrides))
+    session.load()
+    info = session.info()
+    failed = len(errors)
+    for i, item in enumerate(prompts, 1):
+        if args.file:
+            print(f"[ask] {i}/{len(prompts)} id={item['id']}", file=sys.stderr, flush=True)
+        try:
+            text, stats = answer_one(session, item["prompt"], args.max_new_tokens, echo=not args.json)
+        except ContextFullError as e:
+            if not args.file:
+                raise
+            print(f"[ask] skipped {args.file}:{item.get('line', i)}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        stats.update(target=info.get("model", session.config.target), dtype=session.config.dtype,
+                     head=(session.head_info or {}).get("head"))
+        conv, msg = record(history, item["prompt"], text, stats, session.config.system_prompt)
+        if args.json:
+            print(json.dumps({"id": item["id"], "prompt": item["prompt"], "answer": text, **stats,
+                              "conversation_id": conv, "message_id": msg, "profile": profile.name},
+                             ensure_ascii=False), flush=True)
+        else:
+            print(f"[ask] {stats['new_tokens']} tokens, {stats['forward_passes']} passes "
+                  f"({stats['tokens_per_pass']:.2f} tokens/pass), {stats['seconds']:.2f} s", file=sys.stderr)
+            if args.file:
+                print()
+    profile.close()
+    if args.file:
+        print(f"[ask] answered {len(prompts) - (failed - len(errors))} of {len(prompts)} prompts, "
+              f"{len(errors)} lines skipped", file=sys.stderr)
+    return 1 if failed else 0

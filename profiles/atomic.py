@@ -1,0 +1,90 @@
+"""Crash-safe file writes: temp file in the same folder, fsync, os.replace, fsync the folder.
+
+Contract: after `atomic_write_bytes(path, data)` returns, `path` holds exactly
+`data` and survives a crash or power loss; if the process dies at any point
+before that, `path` holds its old content (or does not exist) and at most a
+`.<name>.tmp-*` file is left behind, which `clean_temp(folder)` removes.
+`copy_file_durably(src, dst)` copies and fsyncs (dst must be a fresh path).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+TMP_MARK = ".tmp-"
+CHUNK = 1 << 20
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory so that renames/creations inside it are durable (no-op where unsupported)."""
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_chunks(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view[:CHUNK])
+        view = view[n:]
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
+    try:
+        write_chunks(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def copy_file_durably(src: str | os.PathLike, dst: str | os.PathLike) -> int:
+    """Copy src to a NEW file dst (fails if it exists) and fsync it; returns the byte count."""
+    n = 0
+    with open(src, "rb") as fin:
+        fd = os.open(os.fspath(dst), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            while chunk := fin.read(CHUNK):
+                write_chunks(fd, chunk)
+                n += len(chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return n
+
+
+def clean_temp(folder: str | os.PathLike) -> list[Path]:
+    """Remove temp files left by a crashed atomic write in `folder`; returns what was removed."""
+    removed = []
+    for p in Path(folder).glob(f".*{TMP_MARK}*"):
+        if p.is_file():
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError:
+                pass
+    return removed

@@ -1,0 +1,155 @@
+"""runtime.budget: byte terms from a config alone, the choice of context and tree width, the CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.budget import (BudgetError, estimate, format_size, load_shape, parse_size, plan, plan_session,
+                            require)
+
+GiB = 2**30
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_shapes():
+    q = load_shape("Qwen/Qwen3-4B")
+    assert (q.hidden, q.layers, q.q_heads, q.kv_heads, q.head_dim, q.intermediate, q.vocab, q.tied) == \
+        (2560, 36, 32, 8, 128, 9728, 151936, True)
+    assert 4.0e9 < q.parameters < 4.05e9              # "Qwen3-4B: 4.0B parameters"
+    s = load_shape("default")
+    assert s.parameters == 134_515_008                # SmolLM2-135M-Instruct as loaded (tied)
+    assert q.kv_bytes_per_token("bf16") == 2 * 36 * 8 * 128 * 2
+
+
+def test_int8_keeps_embeddings_16bit():
+    q = load_shape("Qwen/Qwen3-4B")
+    emb16 = 2 * q.vocab * q.hidden
+    assert q.weight_bytes("int8") > q.decoder_linear_params + emb16
+    assert q.weight_bytes("int8") < q.decoder_linear_params * 1.01 + emb16 + 2 * q.small_params + 1
+    assert q.weight_bytes("bf16") == 2 * q.parameters and q.weight_bytes("fp32") == 4 * q.parameters
+
+
+def test_qwen3_4b_int8_fits_8gib_with_8k_context():
+    p = plan("Qwen/Qwen3-4B", "8GiB", dtype="int8")
+    assert p.fits and p.max_context >= 8192 and p.tree_width == 16 and p.device == "cuda"
+    assert p.total <= 8 * GiB and p.terms["head"] > 0
+    assert sum(p.terms.values()) == p.total
+    auto = plan("Qwen/Qwen3-4B", "8GiB", dtype="auto")    # bf16 cannot fit, so auto takes int8
+    assert auto.fits and auto.dtype == "int8"
+
+
+def test_qwen3_4b_refused_at_4gib_with_the_shortfall():
+    p = plan("Qwen/Qwen3-4B", "4GiB", dtype="int8")
+    assert not p.fits and p.max_context == 0
+    assert p.shortfall == p.total - 4 * GiB and p.shortfall > 1 * GiB
+    assert "does not fit" in p.message() and format_size(p.shortfall) in p.message()
+    with pytest.raises(BudgetError, match="more than the budget"):
+        require(p)
+
+
+def test_more_memory_more_context_capped_at_model_limit():
+    ctx = [plan("Qwen/Qwen3-4B", f"{g}GiB", dtype="int8").max_context for g in (6, 8, 10, 12)]
+    assert ctx == sorted(ctx) and ctx[0] > 0
+    big = plan("Qwen/Qwen3-4B", "64GiB", dtype="int8")
+    assert big.max_context == 40960 and any("capped" in n for n in big.notes)
+    assert plan("default", "8GiB", dtype="bf16", device="cpu").max_context == 8192
+
+
+def test_tree_width_lowered_when_tight():
+    base = estimate("Qwen/Qwen3-4B", 2048, "int8", "cuda", tree_width=1, prefill_chunk=1)["total"]
+    p = plan("Qwen/Qwen3-4B", int(base / 0.95) + 1, dtype="int8", tree_width=64, prefill_chunk=1)
+    assert p.fits and p.tree_width < 64 and any("lowered" in n for n in p.notes)
+
+
+def test_local_config_dir(tmp_path):
+    cfg = {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
+           "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936,
+           "tie_word_embeddings": True, "max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    s = load_shape(tmp_path)
+    assert s.head_dim == 64 and s.attention_bias
+    assert 0.49e9 < s.parameters < 0.5e9                      # Qwen2.5-0.5B: 494M
+    assert plan(tmp_path, "2GiB", dtype="bf16", device="cpu").fits
+    with pytest.raises(BudgetError, match="no config.json"):
+        load_shape(tmp_path / "missing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{}")
+    with pytest.raises(BudgetError, match="not a decoder config"):
+        load_shape(tmp_path / "bad")
+
+
+def test_sizes():
+    assert parse_size("8GiB") == 8 * GiB and parse_size("6GB") == 6 * 10**9
+    with pytest.raises(BudgetError):
+        parse_size("8 bananas")
+    with pytest.raises(BudgetError):
+        plan("default", "1GiB", dtype="fp16")
+
+
+def test_plan_session_uses_head_file(tmp_path):
+    head = tmp_path / "h.safetensors"
+    head.write_bytes(b"x" * 12345)
+    p = plan_session("default", "bf16", "2GiB", device="cpu", head_path=head)
+    assert p.terms["head"] == 12345
+    with pytest.raises(BudgetError):
+        plan_session("Qwen/Qwen3-4B", "int8", "4GiB")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "assistant.cli", "budget", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_8gib_fits_and_4gib_refuses():
+    ok = _cli("--target", "Qwen/Qwen3-4B", "--memory", "8GiB", "--json")
+    assert ok.returncode == 0, ok.stderr
+    d = json.loads(ok.stdout)
+    assert d["fits"] and d["dtype"] == "int8" and d["max_context"] >= 8192 and d["tree_width"] >= 1
+    assert {"weights", "head", "kv_cache", "activations", "overhead"} <= set(d["terms"])
+    bad = _cli("--target", "Qwen/Qwen3-4B", "--memory", "4GiB")
+    assert bad.returncode == 1
+    assert "does not fit" in bad.stdout and "more than the budget" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_cli_never_imports_torch():
+    code = ("import sys; from assistant.commands import budget, profile, ask; import runtime.budget, profiles;"
+            "from runtime.budget import plan; plan('Qwen/Qwen3-4B', '8GiB', dtype='int8');"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+RSS_SCRIPT = r"""
+import gc, json, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) * 1024
+from assistant.session import Session, SessionConfig
+s = Session(SessionConfig(dtype=sys.argv[1], max_new_tokens=8, device="cpu"))
+s.load(lambda *a: None)
+n = len(s.prompt_ids([{"role": "user", "content": "What is 2+2?"}]))
+steps = list(s.answer([{"role": "user", "content": "What is 2+2?"}]))
+gc.collect()
+print(json.dumps({"rss": rss(), "context": n + sum(len(x.tokens) for x in steps), "head": s.head_info.get("head")}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_measured_rss_matches_plan(dtype):
+    """The RSS of a process that loaded the SmolLM2 runtime and answered is within 15% of the plan."""
+    r = subprocess.run([sys.executable, "-c", RSS_SCRIPT, dtype], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    head_bytes = Path(got["head"]).stat().st_size if got["head"] else 0
+    want = estimate("default", got["context"], dtype, "cpu", head_bytes=head_bytes)["total"]
+    print(f"{dtype}: measured RSS {got['rss'] / 2**20:.1f} MiB, plan {want / 2**20:.1f} MiB, "
+          f"ratio {got['rss'] / want:.3f}")
+    assert abs(got["rss"] - want) / want < 0.15

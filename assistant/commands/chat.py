@@ -1,0 +1,99 @@
+"""`assistant chat [--profile P]`: the Textual terminal UI (tui.app.ChatApp).
+
+Contract: opens the profile (its history, memory budget and settings), builds an
+unloaded Session from it and runs the UI, which loads the model in the
+background. Problems found before the UI starts (a budget that cannot fit, a
+damaged history file) are shown inside the UI with what to do, not as a
+traceback: a session that failed to build reports its error when it "loads", and
+a history that cannot be opened is replaced by an in-memory one. Nothing heavy
+is imported until `run`. Exit code: 0 on a clean quit.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("chat", help="the terminal UI",
+                              description="Chat in the terminal: streaming answers, conversations, "
+                                          "speculation statistics and the adapter's status.")
+    p.add_argument("--profile", default=None, help="profile name (default: $ASSISTANT_PROFILE or 'default')")
+    p.set_defaults(func=run)
+
+
+class _BrokenSession:
+    """Stands in for a Session that could not be built: its error surfaces in the UI on load."""
+
+    def __init__(self, error: BaseException, info: dict[str, Any]) -> None:
+        self._error, self._info = error, info
+
+    def load(self, progress: Any = None) -> None:
+        raise self._error
+
+    def answer(self, messages: Any, cancel: Any = None) -> Any:
+        raise self._error
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
+
+    def swap_head(self, path: Any) -> dict[str, Any]:
+        raise self._error
+
+
+def _adapter_source(profile: Any) -> Any:
+    """The adapter panel's data source (tui.protocol.AdapterStatusSource), or None.
+
+    Uses `adapt.status.status(profile)` / `adapt.status.run_once(profile)` when that module
+    exists (the same data as `assistant adapt --status`); until then the panel says
+    "adapter: not available".
+    """
+    try:
+        from adapt import status as adapt_status  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    from tui.protocol import AdapterHooks
+
+    status_fn = getattr(adapt_status, "status", None)
+    run_fn = getattr(adapt_status, "run_once", None)
+    if status_fn is None:
+        return None
+    return AdapterHooks(lambda: status_fn(profile), (lambda: run_fn(profile)) if run_fn else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from profiles import Profile
+
+    from assistant import session as session_mod
+    from tui.app import ChatApp
+    from tui.history import MemoryHistory
+
+    profile = Profile.open(args.profile)
+    startup_errors: list[tuple[BaseException, str]] = []
+    cfg = profile.config
+    try:
+        session: Any = session_mod.Session(session_mod.session_config_from_profile(profile))
+    except Exception as e:  # noqa: BLE001 - shown in the UI with what to do
+        session = _BrokenSession(e, {"target": cfg.target, "dtype": cfg.dtype})
+    try:
+        history: Any = profile.history
+        history.list_conversations()
+    except Exception as e:  # noqa: BLE001
+        startup_errors.append((e, "opening the history (this session is kept in memory only)"))
+        history = MemoryHistory()
+
+    app = ChatApp(session, history=history, adapter=_adapter_source(profile),
+                  memory_budget=cfg.memory_budget, profile_name=profile.name,
+                  log_path=profile.path / "chat.log", startup_errors=startup_errors)
+    code = app.run() or 0
+    if app.workers and any(w.is_running for w in app.workers):
+        # a model load cannot be interrupted; the history is already committed, so leave now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -35,7 +35,17 @@ class Session:
     target: Any = None
     drafter: Any = None
     head_info: dict[str, Any] = field(default_factory=dict)
+    profile_path: Path | None = None                        # marks answers in progress for other processes
+    head_source: Callable[[], Path | None] | None = None    # the newest published head (the profile's CURRENT)
+    busy: threading.Event = field(default_factory=threading.Event, repr=False)  # set while answering
+    on_loaded: list[Callable[["Session"], None]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def from_profile(cls, profile: Any, **overrides: Any) -> "Session":
+        """A Session for a profiles.Profile: its config, budget, current head and adapter hooks."""
+        return cls(session_config_from_profile(profile, **overrides), profile_path=profile.path,
+                   head_source=profile.heads.current)
 
     @property
     def loaded(self) -> bool:
@@ -50,6 +60,8 @@ class Session:
         self.target = load_target(self.config.target, self.config.dtype, self.config.device, progress)
         self.swap_head(self.config.head_path)
         progress("ready", 1.0)
+        for hook in self.on_loaded:
+            hook(self)
 
     def swap_head(self, path: str | Path | None) -> dict[str, Any]:
         """Load a head artifact (None: the shipped default) and use it from the next answer on."""
@@ -68,11 +80,17 @@ class Session:
 
     def answer(self, messages: list[dict[str, str]], cancel: Callable[[], bool] | None = None,
                max_new_tokens: int | None = None) -> Iterator[Any]:
-        """Stream Steps of the assistant's reply to `messages` (role/content dicts)."""
+        """Stream Steps of the assistant's reply to `messages` (role/content dicts).
+
+        Between answers a head newly published by the adapter is swapped in; while the
+        answer streams, the session is marked busy so the adapter yields the CPU.
+        """
         from runtime.decode import DecodeConfig, greedy_generate, speculative_generate
 
         if not self.loaded:
             raise RuntimeError("session not loaded")
+        if self.head_source is not None:
+            self.maybe_reload_head(self.head_source())
         ids = self.prompt_ids(messages)
         limit = max_new_tokens or self.config.max_new_tokens
         if self.config.max_context is not None:
@@ -85,8 +103,16 @@ class Session:
         with self._lock:
             drafter = self.drafter
         if self.config.method == "greedy":
-            return greedy_generate(self.target, ids, cfg, cancel)
-        return speculative_generate(self.target, ids, drafter, cfg, cancel)
+            steps = greedy_generate(self.target, ids, cfg, cancel)
+        else:
+            steps = speculative_generate(self.target, ids, drafter, cfg, cancel)
+        return self._marked_busy(steps)
+
+    def _marked_busy(self, steps: Iterator[Any]) -> Iterator[Any]:
+        from adapt.worker import generating
+
+        with generating(self.profile_path, self.busy):
+            yield from steps
 
     def info(self) -> dict[str, Any]:
         t = self.target
@@ -149,7 +175,4 @@ def open_session(profile_name: str | None = None, **overrides: Any) -> "Session"
     """An unloaded Session for the named profile (None: the default profile, created if missing)."""
     from profiles import Profile
 
-    return Session(session_config_from_profile(Profile.open(profile_name), **overrides))
-
-
-Session.from_profile = classmethod(lambda cls, profile, **overrides: cls(session_config_from_profile(profile, **overrides)))  # type: ignore[attr-defined]
+    return Session.from_profile(Profile.open(profile_name), **overrides)

@@ -95,17 +95,27 @@ class PhraseDrafter(_Base):
     """Top-k phrases from the head, the best ones extended by a phrase-chain table."""
 
     def __init__(self, head: PhraseHead, vocab: DraftVocab, embeddings: torch.nn.Module,
-                 top_k: int = 6, chain: torch.Tensor | None = None, chain_depth: int = 2, chain_width: int = 2):
+                 top_k: int = 6, chain: torch.Tensor | None = None, chain_depth: int = 2, chain_width: int = 2,
+                 chain_p: torch.Tensor | None = None, max_nodes: int | None = None):
         self.head, self.vocab, self.embeddings = head, vocab, embeddings
         self.feature_layers = head.config.feature_layers
         self.top_k = top_k
         self.chain = chain            # Long [capacity, S]: row -> most frequent next rows (-1 = none)
         self.chain_depth, self.chain_width = chain_depth, chain_width
+        # Float [capacity, S]: P(next row | row). With it, proposals are chosen best-first by
+        # path probability (head softmax x chain probabilities) until the tree budget is used.
+        self.chain_p = chain_p.float() if chain_p is not None else None
+        self.max_nodes = max_nodes    # node budget for best-first (None: ctx.max_nodes)
         self._live = torch.tensor([r is not None for r in vocab.rows], dtype=torch.bool)
         self._last: list[list[int]] = []   # row ids making up each candidate of the last proposal
 
     @classmethod
     def from_artifact(cls, art: Artifact, embeddings: torch.nn.Module, **kw) -> "PhraseDrafter":
+        kw.setdefault("chain_p", art.extra.get("chain_p"))
+        # tree-shape settings measured for this head (artifact metadata "drafter"), unless given
+        for key, value in (art.meta.get("drafter") or {}).items():
+            if key in ("chain_depth", "chain_width", "max_nodes"):
+                kw.setdefault(key, value)
         return cls(art.head, art.vocab, embeddings, chain=art.extra.get("chain"), **kw)
 
     def refresh(self) -> None:
@@ -135,14 +145,47 @@ class PhraseDrafter(_Base):
             frontier = nxt
         return paths
 
+    def _best_first(self, scores: torch.Tensor, budget: int) -> list[list[int]]:
+        """Row paths in order of path probability until `budget` tree nodes are used."""
+        import heapq
+
+        k = min(self.top_k, len(self.vocab))
+        probs = torch.softmax(scores, -1)
+        p, idx = probs.topk(k)
+        heap = [(-float(pi), n, [int(r)]) for n, (pi, r) in enumerate(zip(p.tolist(), idx.tolist()))]
+        heapq.heapify(heap)
+        tie = len(heap)
+        nodes: set[tuple[int, ...]] = set()
+        out: list[list[int]] = []
+        while heap and len(nodes) < budget:
+            neg, _, path = heapq.heappop(heap)
+            toks: list[int] = []
+            for r in path:
+                toks.extend(self.vocab.rows[r].tokens)
+            new = [tuple(toks[:i + 1]) for i in range(len(toks)) if tuple(toks[:i + 1]) not in nodes]
+            if new:
+                nodes.update(new)
+                out.append(path)
+            if len(path) < self.chain_depth and self.chain is not None:
+                last = path[-1]
+                for r, q in zip(self.chain[last, : self.chain_width].tolist(),
+                                self.chain_p[last, : self.chain_width].tolist()):
+                    if r >= 0 and q > 0 and self.vocab.rows[r] is not None:
+                        tie += 1
+                        heapq.heappush(heap, (neg * q, tie, path + [r]))
+        return out
+
     def propose(self, ctx: DraftContext) -> list[list[int]]:
         if ctx.features is None or len(self.vocab) == 0:
             return []
-        k = min(self.top_k, len(self.vocab))
-        top = self.scores(ctx).topk(k).indices.tolist()
-        row_paths: list[list[int]] = []
-        for rank, r in enumerate(top):
-            row_paths.extend(self._chains(r) if rank < 2 else [[r]])
+        if self.chain_p is not None:
+            row_paths = self._best_first(self.scores(ctx), (self.max_nodes or ctx.max_nodes) - 1)
+        else:
+            k = min(self.top_k, len(self.vocab))
+            top = self.scores(ctx).topk(k).indices.tolist()
+            row_paths = []
+            for rank, r in enumerate(top):
+                row_paths.extend(self._chains(r) if rank < 2 else [[r]])
         self._last = row_paths
         cands = []
         for p in row_paths:

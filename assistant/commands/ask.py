@@ -89,7 +89,7 @@ def record(history: Any, prompt: str, answer: str, stats: dict[str, Any], system
 
 
 def run(args: argparse.Namespace) -> int:
-    from assistant.session import ContextFullError, Session, session_config_from_profile
+    from assistant.session import ContextFullError, Session
     from profiles import Profile
 
     prompts, errors = _prompts(args)
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     profile = Profile.open(args.profile, create=args.profile is None)
     history = profile.history  # fail before loading the model if the history is unusable
     overrides = {"dtype": args.dtype} if args.dtype else {}
-    session = Session(session_config_from_profile(profile, **overrides))
+    session = Session.from_profile(profile, **overrides)
     session.load()
     info = session.info()
     failed = len(errors)

@@ -43,12 +43,12 @@ class _BrokenSession:
         raise self._error
 
 
-def _adapter_source(profile: Any) -> Any:
+def _adapter_source(profile: Any, session: Any = None) -> Any:
     """The adapter panel's data source (tui.protocol.AdapterStatusSource), or None.
 
-    Uses `adapt.status.status(profile)` / `adapt.status.run_once(profile)` when that module
-    exists (the same data as `assistant adapt --status`); until then the panel says
-    "adapter: not available".
+    Uses `adapt.status.status(profile)` / `adapt.status.run_once(profile)` (the same data
+    as `assistant adapt --status`); a cycle run from the panel reuses the session's
+    loaded target instead of loading a second copy.
     """
     try:
         from adapt import status as adapt_status  # type: ignore[attr-defined]
@@ -60,7 +60,26 @@ def _adapter_source(profile: Any) -> Any:
     run_fn = getattr(adapt_status, "run_once", None)
     if status_fn is None:
         return None
-    return AdapterHooks(lambda: status_fn(profile), (lambda: run_fn(profile)) if run_fn else None)
+    def run_now() -> Any:
+        return run_fn(profile, target=getattr(session, "target", None))
+
+    return AdapterHooks(lambda: status_fn(profile), run_now if run_fn else None)
+
+
+def _start_adapter(profile: Any, session: Any) -> Any:
+    """Run the background adapter beside the chat once the model is loaded (profile's [adapter] enabled)."""
+    if not profile.config.adapter_enabled or not hasattr(session, "on_loaded"):
+        return None
+    from adapt.worker import AdapterWorker
+
+    worker = AdapterWorker(profile.name, busy=session.busy)
+
+    def attach(s: Any) -> None:
+        worker.target = s.target        # one copy of the model, shared; the worker yields while answering
+        worker.start()
+
+    session.on_loaded.append(attach)
+    return worker
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     startup_errors: list[tuple[BaseException, str]] = []
     cfg = profile.config
     try:
-        session: Any = session_mod.Session(session_mod.session_config_from_profile(profile))
+        session: Any = session_mod.Session.from_profile(profile)
     except Exception as e:  # noqa: BLE001 - shown in the UI with what to do
         session = _BrokenSession(e, {"target": cfg.target, "dtype": cfg.dtype})
     try:
@@ -87,10 +106,13 @@ def run(args: argparse.Namespace) -> int:
         startup_errors.append((e, "opening the history (this session is kept in memory only)"))
         history = MemoryHistory()
 
-    app = ChatApp(session, history=history, adapter=_adapter_source(profile),
+    worker = _start_adapter(profile, session)
+    app = ChatApp(session, history=history, adapter=_adapter_source(profile, session),
                   memory_budget=cfg.memory_budget, profile_name=profile.name,
                   log_path=profile.path / "chat.log", startup_errors=startup_errors)
     code = app.run() or 0
+    if worker is not None:
+        worker.stop(timeout=5.0)
     if app.workers and any(w.is_running for w in app.workers):
         # a model load cannot be interrupted; the history is already committed, so leave now
         sys.stdout.flush()

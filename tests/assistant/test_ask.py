@@ -45,12 +45,14 @@ class FakeSession:
 def fake(monkeypatch):
     made = []
 
-    def factory(config):
-        s = FakeSession(config)
-        made.append(s)
-        return s
+    class Factory(FakeSession):
+        @classmethod
+        def from_profile(cls, profile, **overrides):
+            s = cls(session_mod.session_config_from_profile(profile, **overrides))
+            made.append(s)
+            return s
 
-    monkeypatch.setattr(session_mod, "Session", factory)
+    monkeypatch.setattr(session_mod, "Session", Factory)
     return made
 
 

@@ -1,0 +1,467 @@
+"""One online-adaptation cycle: the user's new accepted answers -> a new head version.
+
+Contract: `run_cycle(profile, target=None, config, pause, on_stage)` -> report dict.
+Stages (each announced through `on_stage(name)`; `pause()` is called between
+units of work so a worker can yield to the chat):
+  1. answers   accepted answers with message id > state.last_msg_id (history store)
+  2. features  prompt+answer prefill features (adapt.features); every `eval_every`-th
+               new answer is held out of training to measure tokens per pass
+  3. replay    training positions appended to the bounded replay buffer (adapt.replay)
+  4. grow      usage observed on the new answers (decayed utility), new phrases mined
+               over the replayed answers (adapt.mine), rows grown/evicted under
+               profile.config.row_budget (adapt.grow), every change logged to
+               adapter/vocab_log.jsonl, new rows initialised from the mean head trunk
+  5. finetune  a short fine-tune of a COPY of the head on the replay buffer
+  6. check     tokens per pass (adapt.evaluate.simulate_decode, the runtime's drafter
+               composition: phrase head + chain table + prompt lookup) before/after on
+               (a) the held-out new answers and (b) the anchor: a held-back slice of the
+               ORIGINAL training data (prompts just past the base head's training range,
+               answered by the target once and kept in adapter/anchor.*). The cycle is
+               REJECTED when the anchor's tokens per pass drops by more than
+               `config.margin` (relative, default 3%) or the held-out user answers get worse.
+  7. publish   profile.heads.publish (immutable version + atomic CURRENT switch)
+  8. state     adapter/state.json written atomically AFTER the publish: last message id,
+               counters, the last cycle's report. A kill before it re-runs the same
+               answers next time (the replay buffer skips messages it already holds).
+One cycle at a time per profile (adapter/.lock; AdapterBusy when held). The base head is
+the profile's current head, else the target's shipped head; with neither, AdapterError.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+ADAPTER_DIR = "adapter"
+STATE_FILE = "state.json"
+REPLAY_FILE = "replay.safetensors"
+ANCHOR_FEATS = "anchor.safetensors"
+ANCHOR_ANSWERS = "anchor.jsonl"
+VOCAB_LOG = "vocab_log.jsonl"
+LOCK_FILE = ".lock"
+BUSY_FILE = "generating"
+
+
+class AdapterError(RuntimeError):
+    """The adapter cannot run (no head to adapt, ...): a one-line reason."""
+
+
+class AdapterBusy(AdapterError):
+    """Another adapter holds the profile's adapter lock."""
+
+
+class CycleCancelled(Exception):
+    """Raised by a pause() callback to stop a cycle (nothing is published)."""
+
+
+@dataclass(frozen=True)
+class CycleConfig:
+    dtype: str | None = None          # target dtype for features (None: the profile's)
+    max_answer_tokens: int = 512
+    max_new_rows: int = 2000          # rows mined per cycle at most
+    mine_max_words: int = 3
+    chain_width: int = 4
+    replay_capacity: int = 20000      # positions
+    steps: int = 300                  # fine-tune steps at most
+    epochs: float = 3.0
+    batch_size: int = 256
+    lr: float = 1e-3
+    eval_every: int = 5               # every 5th new answer is held out for the tokens-per-pass check
+    anchor_prompts: int = 16
+    anchor_max_new_tokens: int = 128
+    anchor_sources: tuple[tuple[str, int, int], ...] | None = None   # None: just past the base head's training data
+    margin: float = 0.03              # allowed relative drop of anchor tokens/pass
+    top_k: int = 6
+    max_nodes: int | None = None      # None: the profile's tree_width
+    feature_batch: int = 4
+    half_life_s: float = 7 * 24 * 3600.0
+    seed: int = 0
+
+
+# ---------------------------------------------------------------- state (no torch)
+def adapter_dir(profile_path: str | Path) -> Path:
+    return Path(profile_path) / ADAPTER_DIR
+
+
+def read_state(profile_path: str | Path) -> dict[str, Any]:
+    p = adapter_dir(profile_path) / STATE_FILE
+    try:
+        return json.loads(p.read_text("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise AdapterError(f"{p}: damaged adapter state ({e}); delete it to start over") from e
+
+
+def write_state(profile_path: str | Path, state: dict[str, Any]) -> None:
+    from profiles.atomic import atomic_write_text
+
+    state = dict(state, updated=time.time())
+    atomic_write_text(adapter_dir(profile_path) / STATE_FILE, json.dumps(state, indent=1, sort_keys=True))
+
+
+def _count(state: dict, key: str) -> int:
+    return int(state.get(key, 0) or 0)
+
+
+# ---------------------------------------------------------------- helpers
+_TABLES: dict[int, tuple[Any, Any]] = {}
+
+
+def _token_table(tokenizer):
+    """TokenTable.from_tokenizer, built once per tokenizer object (it walks the whole vocabulary)."""
+    from runtime.vocab import TokenTable
+
+    hit = _TABLES.get(id(tokenizer))
+    if hit is None or hit[0] is not tokenizer:
+        hit = (tokenizer, TokenTable.from_tokenizer(tokenizer))
+        _TABLES[id(tokenizer)] = hit
+    return hit[1]
+
+
+def _encode_answer(tokenizer, text: str) -> list[int]:
+    try:
+        out = tokenizer(text, add_special_tokens=False)
+    except TypeError:
+        out = tokenizer(text)
+    return list(out["input_ids"])
+
+
+def _subset(features, keep_seq: list[int]):
+    """Features restricted to answers `keep_seq` (renumbered 0..)."""
+    import torch
+
+    from adapt.features import Features
+
+    remap = {s: i for i, s in enumerate(keep_seq)}
+    mask = torch.tensor([s in remap for s in features.seq.tolist()], dtype=torch.bool)
+    seq = torch.tensor([remap[s] for s in features.seq[mask].tolist()], dtype=torch.long)
+    return Features(features.feats[mask], features.roots[mask], seq, features.pos[mask], features.layers)
+
+
+def _drafter(head, vocab, chain, emb_module, top_k):
+    from runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
+
+    return UnionDrafter(PhraseDrafter(head, vocab, emb_module, top_k=top_k, chain=chain), PromptLookupDrafter())
+
+
+def _features(target, answers, layers, config, pause):
+    """collect_features in small chunks with pause() between them."""
+    import torch
+
+    from adapt.features import Features, collect_features
+
+    quiet = lambda *a: None  # noqa: E731
+    parts = []
+    step = max(1, config.feature_batch)
+    for b in range(0, len(answers), step):
+        pause()
+        f = collect_features(target, answers[b:b + step], layers, batch_size=step, progress=quiet)
+        parts.append(Features(f.feats, f.roots, f.seq + b, f.pos, f.layers))
+    if not parts:
+        return collect_features(target, [], layers, progress=quiet)
+    return Features(torch.cat([p.feats for p in parts]), torch.cat([p.roots for p in parts]),
+                    torch.cat([p.seq for p in parts]), torch.cat([p.pos for p in parts]), tuple(layers))
+
+
+def anchor_sources(meta: dict[str, Any], n: int) -> tuple[list[tuple[str, int, int]], bool]:
+    """Prompts of the base head's training data it was NOT trained on: (sources, unseen?)."""
+    data = meta.get("training_data") or []
+    for src in data:
+        try:
+            path, start, stop = src[0], int(src[1]), int(src[2])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if not Path(path).exists():
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = sum(1 for line in f if line.strip())
+        if stop + n <= lines:
+            return [(path, stop, stop + n)], True
+        if start >= n:
+            return [(path, start - n, start)], True
+        return [(path, max(start, stop - n), stop)], False
+    return [], False
+
+
+def ensure_anchor(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause):
+    """(answers, features, info) of the held-back original data; built once, then read from adapter/."""
+    from adapt.distill import DistillConfig, distill, load_answers, training_prompts
+    from adapt.features import Features
+
+    fpath, apath = adir / ANCHOR_FEATS, adir / ANCHOR_ANSWERS
+    info_path = adir / "anchor.json"
+    answers = load_answers(apath)
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    if not answers or info.get("prompts") is None:
+        if config.anchor_sources is not None:
+            sources, unseen = [tuple(s) for s in config.anchor_sources], True
+        else:
+            sources, unseen = anchor_sources(meta, config.anchor_prompts)
+        if not sources:
+            return [], None, {"available": False, "reason": "the base head names no training data on this machine"}
+        prompts = training_prompts(sources)
+        pause()
+        distill(target, prompts, apath, DistillConfig(batch_size=8, max_new_tokens=config.anchor_max_new_tokens),
+                progress=lambda *a: None)
+        answers = load_answers(apath)
+        info = {"sources": [list(s) for s in sources], "unseen_by_base_head": unseen, "prompts": len(prompts)}
+        from profiles.atomic import atomic_write_text
+
+        atomic_write_text(info_path, json.dumps(info))
+    feats = None
+    if fpath.exists():
+        feats, md = Features.load(fpath)
+        if feats.layers != tuple(layers) or md.get("target") != target.name:
+            feats = None
+    if feats is None:
+        feats = _features(target, answers, layers, config, pause)
+        tmp = fpath.with_name(fpath.name + ".tmp-build")
+        feats.save(tmp, {"target": target.name})
+        import os
+
+        os.replace(tmp, fpath)
+    return answers, feats, {"available": True, **info, "answers": len(answers)}
+
+
+def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause) -> dict[str, Any]:
+    """A short fine-tune of `head` (in place) on the replay buffer's positions, labelled under `vocab`."""
+    import torch
+
+    targets = replay.targets(vocab)
+    keep = (targets >= 0).nonzero().squeeze(1)
+    if len(keep) == 0:
+        return {"positions": 0, "steps": 0}
+    g = torch.Generator().manual_seed(config.seed)
+    live = torch.tensor([r is not None for r in vocab.rows], dtype=torch.bool)
+    mask = torch.where(live, 0.0, float("-inf"))
+    steps = min(config.steps, max(1, math.ceil(config.epochs * len(keep) / config.batch_size)))
+    opt = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    head.train()
+    losses = []
+    for step in range(steps):
+        pause()
+        idx = keep[torch.randint(len(keep), (min(config.batch_size, len(keep)),), generator=g)]
+        logits = head(replay.feats[idx].float(), emb[replay.roots[idx].long()]) + mask
+        loss = torch.nn.functional.cross_entropy(logits, targets[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    head.eval()
+    tail = losses[-max(1, len(losses) // 10):]
+    return {"positions": int(len(keep)), "steps": steps, "loss_first": round(losses[0], 4),
+            "loss_last": round(sum(tail) / len(tail), 4)}
+
+
+def _tpp(drafter, answers, feats, max_nodes) -> float | None:
+    from adapt.evaluate import simulate_decode
+
+    if not answers:
+        return None
+    return round(simulate_decode(drafter, answers, feats, max_nodes)["tokens_per_pass"], 4)
+
+
+# ---------------------------------------------------------------- the cycle
+def run_cycle(profile, target=None, config: CycleConfig = CycleConfig(), pause: Callable[[], None] | None = None,
+              on_stage: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    from filelock import FileLock, Timeout
+
+    adir = adapter_dir(profile.path)
+    adir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(adir / LOCK_FILE), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout as e:
+        raise AdapterBusy(f"{adir / LOCK_FILE}: another adapter cycle is running for this profile") from e
+    try:
+        return _run_cycle(profile, adir, target, config, pause or (lambda: None), on_stage or (lambda s: None), clock)
+    finally:
+        lock.release()
+
+
+def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage, clock) -> dict[str, Any]:
+    import torch
+
+    from adapt.distill import Answer
+    from adapt.grow import ChangeLog, GrowConfig, apply, candidate_gains, mean_trunk_init, merge_chain, \
+        observe_usage, plan
+    from adapt.mine import MineConfig, chain_table, mine
+    from adapt.replay import ReplayBuffer
+    from adapt.train import write_artifact
+    from runtime.defaults import shipped_head
+    from runtime.head import load_artifact
+    t_start = time.time()
+    state = read_state(profile.path)
+    cycle_no = _count(state, "cycles") + 1
+    since = int(state.get("last_msg_id", 0) or 0)
+
+    on_stage("answers")
+    new = profile.history.accepted_answers(since)
+    if not new:
+        return {"status": "nothing", "cycle": None, "pending": 0, "last_msg_id": since}
+    last_id = max(m for m, _, _ in new)
+
+    if target is None:
+        from runtime.target import load_target
+
+        on_stage("load")
+        target = load_target(profile.config.target, config.dtype or profile.config.dtype, progress=lambda *a: None)
+    base_path = profile.heads.current() or shipped_head(target.name)
+    if base_path is None:
+        raise AdapterError(f"{profile.path}: no head to adapt (no version in heads/ and no shipped head for "
+                           f"{target.name}); train one with `assistant train`")
+    art = load_artifact(base_path)
+    if art.head.config.hidden_size != target.hidden_size:
+        raise AdapterError(f"{base_path}: head reads hidden size {art.head.config.hidden_size}, "
+                           f"target {target.name} has {target.hidden_size}")
+    layers = tuple(art.head.config.feature_layers)
+    hidden = target.hidden_size
+    max_nodes = config.max_nodes or profile.config.tree_width
+    emb_module = target.model.get_input_embeddings()
+    emb = emb_module.weight.detach().float().cpu()
+    table = _token_table(target.tokenizer)
+
+    # 1-2: answers and features
+    on_stage("features")
+    answers = []
+    for msg_id, ctx, text in new:
+        pause()
+        ids = _encode_answer(target.tokenizer, text)[: config.max_answer_tokens]
+        answers.append(Answer(str(msg_id), target.encode_chat(ctx), ids))
+    msg_ids = [m for m, _, _ in new]
+    k = max(1, config.eval_every)
+    eval_idx = [i for i in range(len(answers)) if len(answers) >= k and i % k == k - 1]
+    train_idx = [i for i in range(len(answers)) if i not in set(eval_idx)]
+    feats_all = _features(target, answers, layers, config, pause)
+    f_train = _subset(feats_all, train_idx)
+    f_eval = _subset(feats_all, eval_idx)
+    ans_train = [answers[i] for i in train_idx]
+    ans_eval = [answers[i] for i in eval_idx]
+
+    # 3: replay
+    on_stage("replay")
+    replay = ReplayBuffer.open(adir / REPLAY_FILE, config.replay_capacity)
+    reset = replay.ensure_layout(layers, hidden, target.name)
+    added_records = replay.add(f_train.feats, f_train.roots, [a.answer_ids for a in ans_train], f_train.seq,
+                               f_train.pos, [msg_ids[i] for i in train_idx])
+    replay.save()
+
+    # 4: grow / evict
+    on_stage("grow")
+    pause()
+    now = clock()
+    old_head, old_vocab = art.head, art.vocab
+    orig_chain = art.extra.get("chain")
+    orig_chain = orig_chain.long() if orig_chain is not None else None
+    old_chain = orig_chain
+    head, vocab = copy.deepcopy(old_head), copy.deepcopy(old_vocab)
+    budget = profile.config.row_budget
+    seqs_new = [a.answer_ids for a in ans_train]
+    observe_usage(vocab, seqs_new, now)
+    seqs_window = replay.sequences()
+    pause()
+    mined = mine(seqs_window, table, config.max_new_rows, existing=vocab,
+                 config=MineConfig(max_words=config.mine_max_words))
+    gains = candidate_gains(seqs_window, vocab, mined)
+    the_plan = plan(vocab, [(c, gains[c]) for c in mined], budget, now, GrowConfig(half_life_s=config.half_life_s))
+    vlog = ChangeLog(adir / VOCAB_LOG)
+
+    def init_fn(rows):
+        tg = replay.targets(vocab)
+        return mean_trunk_init(head, replay.feats, replay.roots, emb, tg, rows)
+
+    added, evicted = apply(head, vocab, the_plan, table, now, vlog, cycle_no, init_fn)
+    pause()
+    new_chain = chain_table(seqs_window, vocab, config.chain_width)
+    if old_chain is not None and old_chain.shape[0] < vocab.capacity:
+        pad = torch.full((vocab.capacity - old_chain.shape[0], old_chain.shape[1]), -1, dtype=torch.long)
+        old_chain = torch.cat([old_chain, pad])
+    chain = merge_chain(old_chain, new_chain, set(added) | set(evicted), config.chain_width)
+
+    # 5: fine-tune
+    on_stage("finetune")
+    torch.manual_seed(config.seed)
+    ft = fine_tune(head, replay, vocab, emb, config, pause)
+
+    # 6: check
+    on_stage("check")
+    pause()
+    anchor_answers, anchor_feats, anchor_info = ensure_anchor(adir, target, layers, art.meta, config, pause)
+    before_d = _drafter(old_head, old_vocab, orig_chain, emb_module, config.top_k)
+    after_d = _drafter(head, vocab, chain, emb_module, config.top_k)
+    in_sample = not ans_eval
+    ev_answers, ev_feats = (ans_eval, f_eval) if ans_eval else (ans_train, f_train)
+    pause()
+    user_before = _tpp(before_d, ev_answers, ev_feats, max_nodes)
+    user_after = _tpp(after_d, ev_answers, ev_feats, max_nodes)
+    pause()
+    anchor_before = _tpp(before_d, anchor_answers, anchor_feats, max_nodes) if anchor_feats is not None else None
+    anchor_after = _tpp(after_d, anchor_answers, anchor_feats, max_nodes) if anchor_feats is not None else None
+    reasons = []
+    if anchor_before is not None and anchor_after < anchor_before * (1 - config.margin):
+        reasons.append(f"anchor tokens/pass fell {anchor_before} -> {anchor_after} "
+                       f"(more than {config.margin:.0%})")
+    if user_before is not None and not in_sample and user_after < user_before * (1 - config.margin):
+        reasons.append(f"held-out user tokens/pass fell {user_before} -> {user_after}")
+    accepted = not reasons
+
+    report: dict[str, Any] = {
+        "cycle": cycle_no, "status": "published" if accepted else "rejected", "reasons": reasons,
+        "base": str(base_path), "answers": len(new), "train_answers": len(ans_train), "eval_answers": len(ans_eval),
+        "eval_in_sample": in_sample, "first_msg_id": min(msg_ids), "last_msg_id": last_id,
+        "replay": {"added": added_records, "records": len(replay), "capacity": replay.capacity, "reset": reset},
+        "mined": len(mined), "grown": len(added), "evicted": len(evicted),
+        "rows": len(vocab), "capacity": vocab.capacity, "row_budget": budget,
+        "finetune": ft,
+        "tokens_per_pass": {"user_before": user_before, "user_after": user_after,
+                            "anchor_before": anchor_before, "anchor_after": anchor_after},
+        "anchor": anchor_info, "margin": config.margin, "max_nodes": max_nodes,
+    }
+
+    # 7: publish
+    version = None
+    if accepted:
+        on_stage("publish")
+        tmp = adir / f".candidate-{cycle_no}.safetensors"
+        meta = dict(art.meta)
+        meta.update({"rows": len(vocab), "adapted": {"cycle": cycle_no, "base": str(base_path),
+                                                     "answers": len(new), "last_msg_id": last_id,
+                                                     "grown": len(added), "evicted": len(evicted),
+                                                     "tokens_per_pass": report["tokens_per_pass"]}})
+        meta.pop("date", None)
+        write_artifact(tmp, head, vocab, chain, meta, store_dtype="fp32")
+        version = profile.heads.publish(tmp, {"adapter_cycle": cycle_no, "rows": len(vocab),
+                                              "capacity": vocab.capacity, "row_budget": budget,
+                                              "tokens_per_pass": report["tokens_per_pass"]})
+        tmp.unlink(missing_ok=True)
+        on_stage("published")
+    report["version"] = version
+    report["seconds"] = round(time.time() - t_start, 2)
+    vlog.write([{"op": "cycle", "cycle": cycle_no, "time": time.time(), "status": report["status"],
+                 "version": version, "grown": len(added), "evicted": len(evicted), "rows": len(vocab)}])
+
+    # 8: state (after the publish)
+    on_stage("state")
+    last = {k: report[k] for k in ("cycle", "status", "reasons", "answers", "grown", "evicted", "rows", "capacity",
+                                   "row_budget", "tokens_per_pass", "version", "seconds")}
+    last["time"] = clock()
+    write_state(profile.path, {
+        **state, "last_msg_id": last_id, "cycles": cycle_no,
+        "published": _count(state, "published") + (1 if accepted else 0),
+        "rejected": _count(state, "rejected") + (0 if accepted else 1),
+        "grown": _count(state, "grown") + (len(added) if accepted else 0),
+        "evicted": _count(state, "evicted") + (len(evicted) if accepted else 0),
+        "version": version or state.get("version"), "last_cycle": last, "last_error": None,
+    })
+    return report
+
+
+__all__ = ["AdapterBusy", "AdapterError", "CycleCancelled", "CycleConfig", "adapter_dir", "read_state", "run_cycle",
+           "write_state"]

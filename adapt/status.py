@@ -1,0 +1,89 @@
+"""The adapter's status without torch, and one cycle now: the data source of
+`assistant adapt --status` and of the chat's adapter panel.
+
+Contract: `status(profile)` -> dict (version, versions, rows, capacity,
+row_budget, enabled, schedule, cycles, published, rejected, grown, evicted,
+last_msg_id, pending, last_cycle, tokens_per_pass, last_error[, problem]). It
+reads adapter/state.json, heads/ (CURRENT, meta.json, else the artifact's
+safetensors header) and history.sqlite read-only; it never imports torch.
+`run_once(profile, target=None)` runs adapt.cycle.run_cycle and returns its report.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+
+def _header_rows(path: Path) -> tuple[int | None, int | None]:
+    """(live rows, capacity) from a head artifact's safetensors header, without torch."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n <= 0 or n > 1 << 28:
+                return None, None
+            md = json.loads(f.read(n)).get("__metadata__", {})
+        texts = json.loads(md.get("vocab.texts", "[]"))
+        return sum(t is not None for t in texts), int(md.get("vocab.capacity", len(texts)))
+    except (OSError, ValueError):
+        return None, None
+
+
+def _pending(history: Path, since: int) -> int | None:
+    if not history.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"file:{history}?mode=ro", uri=True, timeout=2.0)
+        try:
+            (n,), = db.execute("SELECT COUNT(*) FROM messages WHERE accepted = 1 AND role = 'assistant' AND id > ?",
+                               (since,)).fetchall()
+        finally:
+            db.close()
+        return int(n)
+    except sqlite3.Error:
+        return None
+
+
+def status(profile) -> dict[str, Any]:
+    from adapt.cycle import AdapterError, adapter_dir, read_state
+
+    out: dict[str, Any] = {"profile": profile.name, "adapter_dir": str(adapter_dir(profile.path))}
+    try:
+        st = read_state(profile.path)
+    except AdapterError as e:
+        st, out["problem"] = {}, str(e)
+    cfg = profile.config
+    heads = profile.heads
+    version = heads.current_version()
+    rows = capacity = None
+    if version:
+        meta = heads.meta(version)
+        rows, capacity = meta.get("rows"), meta.get("capacity")
+        if rows is None:
+            rows, capacity = _header_rows(heads.path_of(version))
+    last = st.get("last_cycle") or {}
+    out.update({
+        "version": version, "versions": heads.versions(), "rows": rows, "capacity": capacity,
+        "row_budget": cfg.row_budget, "enabled": cfg.adapter_enabled,
+        "schedule": {"min_new_answers": cfg.adapter_min_new_answers, "interval_s": cfg.adapter_interval_s},
+        "cycles": st.get("cycles", 0), "published": st.get("published", 0), "rejected": st.get("rejected", 0),
+        "grown": st.get("grown", 0), "evicted": st.get("evicted", 0),
+        "last_msg_id": st.get("last_msg_id", 0),
+        "pending": _pending(profile.history_path, int(st.get("last_msg_id", 0) or 0)),
+        "last_cycle": last or None,
+        "tokens_per_pass": last.get("tokens_per_pass"),
+        "last_error": st.get("last_error"),
+    })
+    return out
+
+
+
+
+def run_once(profile, target=None, **kw) -> dict[str, Any]:
+    from adapt.cycle import run_cycle
+
+    return run_cycle(profile, target=target, **kw)
+
+
+__all__ = ["run_once", "status"]

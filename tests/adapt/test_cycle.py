@@ -1,0 +1,202 @@
+"""adapt.cycle on a tiny random Llama (real SmolLM2 tokenizer) in a temporary profile.
+
+Also home of the helpers the worker and CLI tests reuse (`adapt_profile`, `add_answers`, `FAST`).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from adapt.cycle import CycleConfig, read_state, run_cycle
+from adapt.distill import DistillConfig, distill, load_answers
+from adapt.features import collect_features
+from adapt.grow import ChangeLog
+from adapt.mine import chain_table, mine
+from adapt.replay import ReplayBuffer
+from adapt.train import HeadTrainConfig, row_targets, train_head, write_artifact
+from profiles import Profile
+from runtime.decode import DecodeConfig, greedy_generate, run_to_end
+from runtime.head import load_artifact
+from runtime.vocab import DraftVocab
+
+quiet = lambda *a: None  # noqa: E731
+QUIET_LOG = type("L", (), {"progress": staticmethod(quiet), "say": staticmethod(quiet)})()
+FAST = CycleConfig(steps=15, batch_size=64, anchor_prompts=3, anchor_max_new_tokens=10, max_new_rows=40,
+                   feature_batch=16, eval_every=4, margin=1.0, max_nodes=12)
+PROMPTS = ["What is 2 + 3?", "Natalia sold 48 clips in April.", "How many legs does a cat have?",
+           "Name a colour.", "Write one word.", "Count to five.", "Say hello.", "Add 7 and 8.",
+           "Describe the sea.", "List three fruits.", "Spell cat.", "Name a planet."]
+PHRASES = ["the quarterly report", "as discussed in the meeting", "please find attached", "kind regards",
+           "the project timeline", "next steps are", "let me know if", "thanks for your patience"]
+
+
+def user_text(i: int, k: int = 3) -> str:
+    """An answer a user accepted: a few of their habitual phrases, repeated."""
+    ps = [PHRASES[(i + j) % len(PHRASES)] for j in range(k)]
+    return (" ".join(f"{p.capitalize()}, {q} and {r}." for p, q, r in [ps] * 2)).strip()
+
+
+@pytest.fixture(scope="session")
+def base_artifact(tiny_llama, table, tmp_path_factory):
+    """A head trained on the tiny model's own greedy answers to 6 prompts (the 'shipped' head)."""
+    d = tmp_path_factory.mktemp("base")
+    src = d / "prompts.jsonl"
+    src.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    from adapt.distill import training_prompts
+
+    prompts = training_prompts([(str(src), 0, 6)])
+    distill(tiny_llama, prompts, d / "answers.jsonl", DistillConfig(batch_size=6, max_new_tokens=24), progress=quiet)
+    answers = load_answers(d / "answers.jsonl")
+    seqs = [a.answer_ids for a in answers]
+    vocab = DraftVocab()
+    for r in mine(seqs, table, 30):
+        vocab.add(r, table.text_of(r))
+    chain = chain_table(seqs, vocab, 2)
+    feats = collect_features(tiny_llama, answers, (-1,), progress=quiet)
+    targets = row_targets(answers, feats.seq, feats.pos, vocab)
+    emb = tiny_llama.model.get_input_embeddings().weight
+    head, _ = train_head(feats.feats, feats.roots, targets, emb, vocab, 32,
+                         HeadTrainConfig(inner=64, width=32, epochs=20, lr=3e-3, batch_size=64, holdout=0.0),
+                         log=QUIET_LOG)
+    return write_artifact(d / "base.safetensors", head, vocab, chain,
+                          {"target": "tiny-llama", "training_data": [[str(src), 0, 6]]}, store_dtype="fp32")
+
+
+@pytest.fixture
+def adapt_profile(tmp_path, monkeypatch, tiny_llama_dir, base_artifact):
+    """A profile 'u' on the tiny model with the base head published as v000001."""
+    monkeypatch.setenv("ASSISTANT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ASSISTANT_PROFILE", raising=False)
+    p = Profile.open("u")
+    p.update_config(target=str(tiny_llama_dir), dtype="fp32", row_budget=60, tree_width=12)
+    p.heads.publish(base_artifact, {"origin": "test base"})
+    yield p
+    p.close()
+
+
+def add_answers(profile, start: int, n: int, text=user_text) -> list[int]:
+    ids = []
+    h = profile.history
+    for i in range(start, start + n):
+        with h.transaction():
+            c = h.new_conversation(f"c{i}")
+            h.add_message(c, "user", PROMPTS[i % len(PROMPTS)])
+            ids.append(h.add_message(c, "assistant", text(i), accepted=True))
+    return ids
+
+
+def test_cycle_grows_finetunes_and_publishes(adapt_profile, tiny_llama):
+    p = adapt_profile
+    base = load_artifact(p.heads.current())
+    ids = add_answers(p, 0, 8)
+    stages = []
+    rep = run_cycle(p, target=tiny_llama, config=FAST, on_stage=stages.append)
+    assert rep["status"] == "published", rep
+    assert stages[:1] == ["answers"] and stages.index("finetune") < stages.index("check") < stages.index("publish")
+    assert rep["version"] == "v000002" and p.heads.current_version() == "v000002"
+    art = load_artifact(p.heads.current())
+    assert art.head.rows == art.vocab.capacity <= 60
+    assert rep["grown"] > 0 and len(art.vocab) == len(base.vocab) + rep["grown"] - rep["evicted"]
+    # the user's phrases are rows now, initialised and chained
+    assert any("quarterly report" in (r.text or "") for r in art.vocab.rows if r is not None)
+    assert art.extra["chain"].shape[0] == art.vocab.capacity
+    tpp = rep["tokens_per_pass"]
+    assert all(tpp[k] is not None for k in ("user_before", "user_after", "anchor_before", "anchor_after"))
+    assert rep["eval_answers"] == 2 and rep["train_answers"] == 6 and not rep["eval_in_sample"]
+    assert rep["anchor"]["available"] and rep["anchor"]["unseen_by_base_head"]
+    assert rep["anchor"]["sources"][0][1:] == [6, 9]          # just past the base head's training prompts
+    # state after the publish; replay holds only the training answers
+    st = read_state(p.path)
+    assert st["last_msg_id"] == ids[-1] and st["cycles"] == 1 and st["published"] == 1
+    assert st["grown"] == rep["grown"] and st["version"] == "v000002"
+    buf = ReplayBuffer.open(p.path / "adapter" / "replay.safetensors")
+    assert buf.feats.dtype == torch.float16 and len(buf) == rep["replay"]["records"] > 0
+    assert len(buf.messages) == 6
+    # every change is in the log, tied to its cycle
+    log = ChangeLog(p.path / "adapter" / "vocab_log.jsonl").read()
+    adds = [r for r in log if r["op"] == "add"]
+    assert len(adds) == rep["grown"] and all(r["cycle"] == 1 for r in adds)
+    assert log[-1]["op"] == "cycle" and log[-1]["status"] == "published" and log[-1]["version"] == "v000002"
+    # nothing new: nothing happens
+    assert run_cycle(p, target=tiny_llama, config=FAST)["status"] == "nothing"
+
+
+def test_rejected_cycle_keeps_current_head(adapt_profile, tiny_llama):
+    p = adapt_profile
+    add_answers(p, 0, 5)
+    strict = CycleConfig(**{**FAST.__dict__, "margin": -1.0})     # demands a 100% gain on the original data
+    rep = run_cycle(p, target=tiny_llama, config=strict)
+    assert rep["status"] == "rejected" and rep["reasons"] and rep["version"] is None
+    assert p.heads.current_version() == "v000001" and p.heads.versions() == ["v000001"]
+    st = read_state(p.path)
+    assert st["rejected"] == 1 and st["published"] == 0 and st["last_cycle"]["status"] == "rejected"
+    log = ChangeLog(p.path / "adapter" / "vocab_log.jsonl").read()
+    assert log[-1]["status"] == "rejected"
+
+
+def test_capacity_bound_over_20_cycles(adapt_profile, tiny_llama):
+    p = adapt_profile
+    budget = 45
+    p.update_config(row_budget=budget)
+    cfg = CycleConfig(**{**FAST.__dict__, "steps": 3, "anchor_sources": (), "eval_every": 100,
+                         "replay_capacity": 300, "max_new_rows": 15})
+    clock = [1_000_000.0]
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+             "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango"]
+    grown = evicted = 0
+    for c in range(20):
+        w = words[c]
+        add_answers(p, 100 * c, 2, text=lambda i, w=w: f"The {w} team said {w} rocks. The {w} team said {w} rocks "
+                                                       f"and the {w} plan works. The {w} plan works.")
+        clock[0] += 3 * 24 * 3600
+        rep = run_cycle(p, target=tiny_llama, config=cfg, clock=lambda: clock[0])
+        assert rep["status"] == "published"
+        art = load_artifact(p.heads.current())
+        assert len(art.vocab) <= budget and art.vocab.capacity <= budget and art.head.rows <= budget
+        assert len(ReplayBuffer.open(p.path / "adapter" / "replay.safetensors")) <= 300
+        grown += rep["grown"]
+        evicted += rep["evicted"]
+    assert evicted > 0 and grown > budget          # rows were recycled, not just added
+    st = read_state(p.path)
+    assert st["cycles"] == 20 and st["grown"] == grown and st["evicted"] == evicted
+    log = ChangeLog(p.path / "adapter" / "vocab_log.jsonl").read()
+    assert sum(r["op"] == "evict" for r in log) == evicted
+    # the newest user's phrases survive, the stalest were evicted
+    texts = [r.text for r in art.vocab.rows if r is not None]
+    assert any("tango" in t for t in texts)
+    assert len(p.heads.versions()) <= p.config.keep_versions
+
+
+def test_swap_keeps_fp32_exact_match(adapt_profile, tiny_llama):
+    """The tiny model's own greedy answers are accepted; after the swap, phrase decoding == greedy."""
+    from assistant.session import Session, SessionConfig
+
+    p = adapt_profile
+    answers = []
+    for i, q in enumerate(PROMPTS[6:12]):
+        ids = tiny_llama.encode_chat([{"role": "user", "content": q}])
+        toks, _ = run_to_end(greedy_generate(tiny_llama, ids, DecodeConfig(max_new_tokens=40)))
+        answers.append(tiny_llama.tokenizer.decode(toks, skip_special_tokens=True))
+    add_answers(p, 6, 6, text=lambda i: answers[i - 6])
+    s = Session(SessionConfig(target="tiny", dtype="fp32", tree_width=12, max_new_tokens=40))
+    s.target = tiny_llama
+    s.swap_head(p.heads.current())
+    rep = run_cycle(p, target=tiny_llama, config=FAST)
+    assert rep["status"] == "published"
+    assert s.maybe_reload_head(p.heads.current()) is True
+    assert s.maybe_reload_head(p.heads.current()) is False          # already in use
+    assert s.head_info["head"] == str(p.heads.current())
+    drafted = 0
+    for q in PROMPTS[4:10]:
+        msgs = [{"role": "user", "content": q}]
+        ref, _ = run_to_end(greedy_generate(tiny_llama, s.prompt_ids(msgs), DecodeConfig(max_new_tokens=40)))
+        steps = list(s.answer(msgs))
+        assert [t for st in steps for t in st.tokens] == ref
+        drafted += sum(st.drafted for st in steps)
+    assert drafted > 0
+    # a damaged artifact is refused and the adapted head keeps working
+    bad = p.path / "bad.safetensors"
+    bad.write_bytes(b"not a head")
+    assert s.maybe_reload_head(bad) is False and s.head_info["head"] == str(p.heads.current())

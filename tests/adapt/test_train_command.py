@@ -1,0 +1,45 @@
+"""`assistant train` end to end on a tiny random Llama saved to disk, and its flag mapping."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from adapt.pipeline import TrainConfig, run_pipeline
+from assistant.cli import build_parser
+from assistant.commands.train import config_from_args
+from runtime.head import load_artifact
+
+
+def test_flags_map_onto_frozen_config():
+    args = build_parser().parse_args(["train", "--rows", "123", "--layers=-1,12", "--data", "x.jsonl:5:9",
+                                      "--data", "y.jsonl"])
+    cfg = config_from_args(args)
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.rows == 123 and cfg.layers == (-1, 12)
+    assert cfg.sources == (("x.jsonl", 5, 9), ("y.jsonl", 0, 10 ** 9))
+
+
+def test_train_help_does_not_import_torch():
+    code = "import sys; from assistant.cli import main\ntry:\n main(['train','--help'])\nexcept SystemExit: pass\nassert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"question": q}) + "\n" for q in
+                            ["What is 2 + 3?", "Name a colour.", "Count to five.", "Say hello."]))
+    cfg = TrainConfig(target=str(tiny_llama_dir), sources=((str(data), 0, 4),), max_new_tokens=12, gen_batch=2,
+                      rows=30, layers=(-1,), feature_layers=(-1, 1), inner=32, width=16, epochs=2, batch_size=16,
+                      workdir=str(tmp_path / "work"), out=str(tmp_path / "head.safetensors"))
+    logs: list[str] = []
+    log = type("L", (), {"progress": staticmethod(lambda *a: None), "say": staticmethod(logs.append)})()
+    out = run_pipeline(cfg, log)
+    art = load_artifact(out)
+    assert art.meta["target"] == tiny_llama_dir.name and art.meta["rows"] == len(art.vocab) > 0
+    assert art.meta["training_data"] == [[str(data), 0, 4]] and "date" in art.meta
+    assert "chain" in art.extra
+    assert any("kept from the generation" in m for m in logs)
+    logs.clear()
+    run_pipeline(cfg, log)                      # every stage resumes from the work directory
+    assert any("cached" in m for m in logs)

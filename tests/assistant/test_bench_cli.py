@@ -1,0 +1,34 @@
+"""`assistant bench` on the real SmolLM2: the DESIGN.md JSON contract, fp32 exactness, bad lines skipped."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_json_contract(tmp_path):
+    data = tmp_path / "mini.jsonl"
+    data.write_text(json.dumps({"question": "What is 2+3?"}) + "\n{broken\n"
+                    + json.dumps({"turns": ["Name a color.", "x"]}) + "\n")
+    out = tmp_path / "out.json"
+    env = dict(os.environ, ASSISTANT_HOME=str(tmp_path / "home"))
+    r = subprocess.run([sys.executable, "-m", "assistant.cli", "bench", "--dataset", str(data), "--max-new-tokens", "12",
+                        "--dtype", "fp32", "--methods", "hf,pld,greedy,phrase", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{data}:2: not JSON" in r.stderr
+    rep = json.loads(out.read_text())
+    for m in ("hf", "pld", "greedy", "phrase"):
+        s = rep["methods"][m]
+        for key in ("tokens_per_pass", "tokens_per_second", "speedup_vs_hf", "exact_match_vs_hf"):
+            assert isinstance(s[key], float), (m, key)
+        assert s["exact_match_vs_hf"] == 1.0          # fp32: every method equals generate()
+    assert rep["methods"]["greedy"]["tokens_per_pass"] == pytest.approx(1.0)
+    rows = rep["per_prompt"]
+    assert len(rows) == 8
+    for row in rows:
+        assert {"id", "method", "new_tokens", "forward_passes", "seconds", "tokens"} <= set(row)
+        assert row["new_tokens"] == len(row["tokens"]) and row["forward_passes"] >= 1

@@ -148,4 +148,5 @@ def write_artifact(path: str | Path, head, vocab, chain: torch.Tensor | None, me
     save_artifact(tmp, head, vocab, md, extra=extra or None,
                   dtype=torch.float16 if store_dtype == "fp16" else torch.float32)
     os.replace(tmp, path)
+    os.chmod(path, 0o644)
     return path

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 @dataclass(frozen=True)
 class SessionConfig:
     target: str = "default"          # "default", a local checkpoint dir, or a model id
-    dtype: str = "bf16"              # fp32 | bf16 | int8
+    dtype: str = "auto"              # auto | fp32 | bf16 | int8 (runtime.budget.resolve_dtype)
     device: str = "auto"
     max_new_tokens: int = 512
     tree_width: int = 16             # verify nodes per pass, root included
@@ -55,7 +55,11 @@ class Session:
         from runtime.fetch import stderr_progress
         from runtime.target import load_target
 
+        from runtime.budget import resolve_dtype
+
         progress = progress or stderr_progress
+        if self.config.dtype == "auto":
+            self.config = replace(self.config, dtype=resolve_dtype("auto", self.config.device))
         progress(f"loading {self.config.target} ({self.config.dtype})", None)
         self.target = load_target(self.config.target, self.config.dtype, self.config.device, progress)
         self.swap_head(self.config.head_path)
@@ -162,6 +166,10 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
                        tree_width=cfg.tree_width, system_prompt=cfg.system_prompt,
                        head_path=str(head) if head else None)
     sc = replace(sc, **overrides)
+    if sc.dtype == "auto":
+        from runtime.budget import resolve_dtype
+
+        sc = replace(sc, dtype=resolve_dtype("auto", sc.device))
     if cfg.memory_budget:
         from runtime.budget import plan_session
 

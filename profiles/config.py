@@ -7,7 +7,7 @@ atomically (profiles.atomic), so a crash leaves the old or the new file, never a
 truncated one. The file layout:
 
     target = "default"          # "default", a local checkpoint dir, or a model id
-    dtype = "bf16"              # fp32 | bf16 | int8
+    dtype = "auto"              # auto | fp32 | bf16 | int8 (auto: bf16 where the hardware has it, else fp32)
     memory_budget = "8GiB"      # optional: the runtime must fit in it
     tree_width = 16             # verify nodes per pass
     max_new_tokens = 512
@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from profiles.atomic import atomic_write_text
 from profiles.errors import ProfileError
 
-DTYPES = ("fp32", "bf16", "int8")
+DTYPES = ("auto", "fp32", "bf16", "int8")
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -57,7 +57,7 @@ def parse_size(text: str | int) -> int:
 @dataclass(frozen=True)
 class ProfileConfig:
     target: str = "default"
-    dtype: str = "bf16"
+    dtype: str = "auto"
     memory_budget: str | None = None
     tree_width: int = 16
     max_new_tokens: int = 512

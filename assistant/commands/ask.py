@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per answer")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
                    help="answer length limit (default: the profile's max_new_tokens)")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default=None,
+    p.add_argument("--dtype", choices=("auto", "fp32", "bf16", "int8"), default=None,
                    help="override the profile's dtype")
     p.set_defaults(func=run)
 

@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="first N prompts")
     p.add_argument("--offset", type=int, default=0, help="skip the first K prompts")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default="bf16")
+    p.add_argument("--dtype", choices=["auto", "fp32", "bf16", "int8"], default="auto",
+                   help="auto: bf16 on a GPU or a CPU with native bf16, else fp32")
     p.add_argument("--methods", default="hf,pld,greedy,phrase", help="comma list of hf,pld,greedy,phrase")
     p.add_argument("--tree-width", type=int, default=16, help="verify nodes per pass, root included")
     p.add_argument("--target", default=None, help="model (default: the profile's target)")
@@ -52,7 +53,9 @@ def run(args) -> int:
         print(f"assistant: {args.dataset}: no usable prompts", file=sys.stderr)
         return 1
     target_spec, head = _resolve(args)
-    target = load_target(target_spec, args.dtype)
+    from runtime.budget import resolve_dtype
+
+    target = load_target(target_spec, resolve_dtype(args.dtype))
     drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
     cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=args.tree_width,
                       ignore_eos=args.ignore_eos)

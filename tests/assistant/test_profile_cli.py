@@ -31,7 +31,7 @@ def test_create_list_path_show(home, capsys):
     assert capsys.readouterr().out.strip() == str(home / "profiles" / "work")
     assert main(["profile", "show", "work", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["name"] == "work" and d["config"]["dtype"] == "bf16" and d["problems"] == []
+    assert d["name"] == "work" and d["config"]["dtype"] == "auto" and d["problems"] == []
     assert d["history"] == {"conversations": 0, "messages": 0, "accepted": 0}
     assert main(["profile", "show", "work"]) == 0
     assert "tree_width = 16" in capsys.readouterr().out

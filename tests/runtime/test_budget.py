@@ -153,3 +153,19 @@ def test_measured_rss_matches_plan(dtype):
     print(f"{dtype}: measured RSS {got['rss'] / 2**20:.1f} MiB, plan {want / 2**20:.1f} MiB, "
           f"ratio {got['rss'] / want:.3f}")
     assert abs(got["rss"] - want) / want < 0.15
+
+
+def test_auto_dtype_follows_native_bf16(tmp_path, monkeypatch):
+    from runtime import budget
+
+    with_bf16 = tmp_path / "cpuinfo_bf16"
+    with_bf16.write_text("flags\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
+    without = tmp_path / "cpuinfo"
+    without.write_text("flags\t: fpu avx2 avx512f\n")
+    assert budget.cpu_has_native_bf16(str(with_bf16)) and not budget.cpu_has_native_bf16(str(without))
+    monkeypatch.setattr(budget, "cpu_has_native_bf16", lambda: False)
+    assert budget.resolve_dtype("auto", "cpu") == "fp32"
+    assert budget.resolve_dtype("bf16", "cpu") == "bf16"
+    monkeypatch.setattr(budget, "cpu_has_native_bf16", lambda: True)
+    assert budget.resolve_dtype("auto", "cpu") == "bf16"
+    assert budget.resolve_dtype("auto", "cuda") == "bf16"

@@ -22,7 +22,8 @@ class SessionConfig:
     dtype: str = "auto"              # auto | fp32 | bf16 | int8 (runtime.budget.resolve_dtype)
     device: str = "auto"
     max_new_tokens: int = 512
-    tree_width: int = 16             # verify nodes per pass, root included
+    tree_width: int = 16             # most verify nodes per pass, root included (the memory budget's cap)
+    auto_width: bool = True          # pick the width <= tree_width that is fastest on this device
     method: str = "phrase"           # phrase | greedy
     system_prompt: str = ""
     head_path: str | None = None     # a head artifact; None = shipped default for the target
@@ -39,6 +40,7 @@ class Session:
     head_source: Callable[[], Path | None] | None = None    # the newest published head (the profile's CURRENT)
     busy: threading.Event = field(default_factory=threading.Event, repr=False)  # set while answering
     on_loaded: list[Callable[["Session"], None]] = field(default_factory=list, repr=False)
+    width: int = 0                                          # verify width in use (set by load)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -63,6 +65,11 @@ class Session:
         progress(f"loading {self.config.target} ({self.config.dtype})", None)
         self.target = load_target(self.config.target, self.config.dtype, self.config.device, progress)
         self.swap_head(self.config.head_path)
+        self.width = self.config.tree_width
+        if self.config.auto_width and self.config.method == "phrase":
+            from runtime.costmodel import calibrated_width
+
+            self.width, _ = calibrated_width(self.target, self.config.tree_width, progress)
         progress("ready", 1.0)
         for hook in self.on_loaded:
             hook(self)
@@ -103,7 +110,7 @@ class Session:
                 raise ContextFullError(f"the conversation uses {len(ids)} tokens and the context holds "
                                        f"{self.config.max_context}: start a new conversation")
             limit = min(limit, room)
-        cfg = DecodeConfig(max_new_tokens=limit, max_nodes=self.config.tree_width)
+        cfg = DecodeConfig(max_new_tokens=limit, max_nodes=self.width or self.config.tree_width)
         with self._lock:
             drafter = self.drafter
         if self.config.method == "greedy":
@@ -121,7 +128,7 @@ class Session:
     def info(self) -> dict[str, Any]:
         t = self.target
         out = {"target": self.config.target, "dtype": self.config.dtype, "method": self.config.method,
-               "tree_width": self.config.tree_width}
+               "tree_width": self.width or self.config.tree_width}
         if t is not None:
             out.update(model=t.name, device=str(t.device), target_parameters=t.num_parameters)
         out["head"] = self.head_info

@@ -179,7 +179,7 @@ class PhraseDrafter(_Base):
         if ctx.features is None or len(self.vocab) == 0:
             return []
         if self.chain_p is not None:
-            row_paths = self._best_first(self.scores(ctx), (self.max_nodes or ctx.max_nodes) - 1)
+            row_paths = self._best_first(self.scores(ctx), min(self.max_nodes or ctx.max_nodes, ctx.max_nodes) - 1)
         else:
             k = min(self.top_k, len(self.vocab))
             top = self.scores(ctx).topk(k).indices.tolist()

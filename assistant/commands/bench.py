@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16", "int8"], default="auto",
                    help="auto: bf16 on a GPU or a CPU with native bf16, else fp32")
     p.add_argument("--methods", default="hf,pld,greedy,phrase", help="comma list of hf,pld,greedy,phrase")
-    p.add_argument("--tree-width", type=int, default=16, help="verify nodes per pass, root included")
+    p.add_argument("--tree-width", type=int, default=None,
+                   help="verify nodes per pass, root included (default: the fastest width on this device, <= 16)")
     p.add_argument("--target", default=None, help="model (default: the profile's target)")
     p.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
     p.add_argument("--profile", default=None, help="profile name")
@@ -57,7 +58,14 @@ def run(args) -> int:
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
     drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
-    cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=args.tree_width,
+    width = args.tree_width
+    if width is None:
+        from runtime.costmodel import calibrated_width
+
+        width, costs = calibrated_width(target, 16, lambda s, f: print(f"[bench] {s}", file=sys.stderr))
+        print(f"[bench] tree width {width} (verify cost relative to 1 token: "
+              + ", ".join(f"w={w} x{c / costs[1]:.2f}" for w, c in sorted(costs.items())) + ")", file=sys.stderr)
+    cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=width,
                       ignore_eos=args.ignore_eos)
     report = run_bench(target, prompts, cfg, drafter, progress=lambda s: print(f"[bench] {s}", file=sys.stderr))
     report["dataset"] = args.dataset

@@ -18,7 +18,7 @@ from runtime.drafters import OracleDrafter, PromptLookupDrafter
 from .prompts import PROMPTS
 
 pytestmark = pytest.mark.slow
-N = 48
+N = 40
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def rounding_noise(target, ids, ref, ref_logits) -> float:
 
 def test_bf16_divergences_are_ties(smol_bf16):
     report = []
-    for p in PROMPTS[::2]:
+    for p in PROMPTS[::4]:
         ids = smol_bf16.encode_chat([{"role": "user", "content": p}])
         ref, ref_logits = reference(smol_bf16, ids)
         delta = rounding_noise(smol_bf16, ids, ref, ref_logits)

@@ -52,7 +52,7 @@ def test_equals_generate_fp32(smol_fp32, references, kind):
     passes = tokens = 0
     for ids, ref in references:
         drafter = {"oracle": lambda: OracleDrafter(ids + ref),
-                   "adversarial": lambda: AdversarialDrafter(ids + ref),
+                   "adversarial": lambda: AdversarialDrafter(ids + ref, width=3, depth=2),
                    "phrase": lambda: untrained_phrase_drafter(smol_fp32)}[kind]()
         out, stats = run_to_end(speculative_generate(smol_fp32, ids, drafter,
                                                      DecodeConfig(max_new_tokens=N, ignore_eos=True)))

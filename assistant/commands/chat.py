@@ -44,26 +44,18 @@ class _BrokenSession:
 
 
 def _adapter_source(profile: Any, session: Any = None) -> Any:
-    """The adapter panel's data source (tui.protocol.AdapterStatusSource), or None.
+    """The adapter panel's data source (tui.protocol.AdapterStatusSource).
 
-    Uses `adapt.status.status(profile)` / `adapt.status.run_once(profile)` (the same data
-    as `assistant adapt --status`); a cycle run from the panel reuses the session's
-    loaded target instead of loading a second copy.
+    `adapt.status.status(profile)` is the same data as `assistant adapt --status`; a cycle
+    run from the panel reuses the session's loaded target instead of loading a second copy.
     """
-    try:
-        from adapt import status as adapt_status  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+    from adapt.status import run_once, status
     from tui.protocol import AdapterHooks
 
-    status_fn = getattr(adapt_status, "status", None)
-    run_fn = getattr(adapt_status, "run_once", None)
-    if status_fn is None:
-        return None
     def run_now() -> Any:
-        return run_fn(profile, target=getattr(session, "target", None))
+        return run_once(profile, target=getattr(session, "target", None))
 
-    return AdapterHooks(lambda: status_fn(profile), run_now if run_fn else None)
+    return AdapterHooks(lambda: status(profile), run_now)
 
 
 def _start_adapter(profile: Any, session: Any) -> Any:

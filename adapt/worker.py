@@ -11,7 +11,7 @@ Contract: `AdapterWorker(profile_name, target=None, busy=None, ...)`:
 - The schedule is the profile's [adapter] table, re-read every wake-up: nothing
   runs when `enabled` is false; a cycle runs when at least `min_new_answers`
   accepted answers are pending, or when some are pending and `interval_s` passed
-  since the last cycle.
+  since the last cycle (or, for a profile that never adapted, since start()).
 - Yielding: `pause()` (called by adapt.cycle between units of work) blocks while
   an answer is being generated: the `busy` Event is set (same process) or the
   profile's adapter/generating marker names a live process and is fresh (another
@@ -123,6 +123,7 @@ class AdapterWorker:
         self.last_attempt: float | None = None
         self.pending_head: Path | None = None   # the newest published head, for the session to swap in
         self.state = "idle"         # idle | waiting | running | failed | stopped
+        self.started_at = time.time()   # a profile that never adapted waits interval_s from here
 
     # -- wiring ------------------------------------------------------------
     def _profile(self):
@@ -154,6 +155,7 @@ class AdapterWorker:
         self._observer = obs
 
     def start(self) -> "AdapterWorker":
+        self.started_at = time.time()
         self._thread = threading.Thread(target=self.run_forever, name="adapter", daemon=True)
         self._thread.start()
         return self
@@ -167,6 +169,11 @@ class AdapterWorker:
             self._observer.stop()
             self._observer = None
         self.state = "stopped"
+
+    @property
+    def alive(self) -> bool:
+        """True while the loop's thread still runs (e.g. inside a long torch call after stop())."""
+        return self._thread is not None and self._thread.is_alive()
 
     # -- yielding ------------------------------------------------------------
     def pause(self, profile_path: Path | None = None) -> None:
@@ -208,7 +215,7 @@ class AdapterWorker:
         try:
             prof = self._profile()
             st = read_state(prof.path)
-            last = (st.get("last_cycle") or {}).get("time")
+            last = (st.get("last_cycle") or {}).get("time") or self.started_at
             pending = pending_answers(prof)
             now = time.time()
             if not force:

@@ -105,8 +105,11 @@ def run(args: argparse.Namespace) -> int:
     code = app.run() or 0
     if worker is not None:
         worker.stop(timeout=5.0)
-    if app.workers and any(w.is_running for w in app.workers):
-        # a model load cannot be interrupted; the history is already committed, so leave now
+    busy = app.workers and any(w.is_running for w in app.workers)
+    if busy or (worker is not None and worker.alive):
+        # A model load or an adapter step inside torch cannot be interrupted, and a daemon thread
+        # inside C++ code at interpreter shutdown aborts the process ("terminate called without an
+        # active exception"). The history is committed and a head publish is atomic: leave now.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -61,7 +61,10 @@ def test_history_write_wakes_worker_and_failures_do_not_escape(home):
     try:
         time.sleep(0.3)
         assert calls == []                                 # nothing pending
-        add_answers(p, 0, 2)                               # a write to history.sqlite(-wal) wakes it
+        add_answers(p, 0, 1)
+        time.sleep(0.5)
+        assert calls == []      # never adapted, one answer: waits for min_new_answers or interval_s
+        add_answers(p, 1, 1)                               # a write to history.sqlite(-wal) wakes it
         assert _wait(lambda: len(calls) >= 1)
         assert _wait(lambda: read_state(p.path).get("last_error") is not None)
         assert "boom" in read_state(p.path)["last_error"]["message"]

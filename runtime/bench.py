@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
+from runtime.decode import DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
 
@@ -68,18 +68,18 @@ def _hf(target, ids: list[int], cfg: BenchConfig, pld: bool) -> tuple[list[int],
     return out.sequences[0, len(ids):].tolist(), margins
 
 
-def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter) -> tuple[list[int], list[float], Counter]:
+def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter) -> tuple[list[int], list[float], DecodeStats]:
     dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, max_nodes=cfg.tree_width, ignore_eos=cfg.ignore_eos)
     if method in ("hf", "pld"):
         toks, margins = _hf(target, ids, cfg, pld=(method == "pld"))
-        return toks, margins, Counter()
+        return toks, margins, DecodeStats()
     if method == "greedy":
         toks, stats = run_to_end(greedy_generate(target, ids, dcfg))
     elif method == "phrase":
         toks, stats = run_to_end(speculative_generate(target, ids, drafter, dcfg))
     else:
         raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
-    return toks, [], stats.accepted_hist
+    return toks, [], stats
 
 
 def first_divergence(ref: Sequence[int], out: Sequence[int]) -> int | None:
@@ -95,6 +95,7 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
     counter = PassCounter(target.model)
     rows: list[dict[str, Any]] = []
     hist: dict[str, Counter] = {m: Counter() for m in cfg.methods}
+    phases: dict[str, Counter] = {m: Counter() for m in cfg.methods}
     divergences: list[dict[str, Any]] = []
     try:
         warm = target.encode_chat([{"role": "user", "content": "Hi"}])
@@ -107,9 +108,10 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
             for m in cfg.methods:
                 counter.n = 0
                 t0 = time.perf_counter()
-                toks, mg, h = _run_one(m, target, ids, cfg, drafter)
+                toks, mg, stats = _run_one(m, target, ids, cfg, drafter)
                 dt = time.perf_counter() - t0
-                hist[m].update(h)
+                hist[m].update(stats.accepted_hist)
+                phases[m].update(stats.phases)
                 if m == "hf":
                     ref, margins = toks, mg
                 rows.append({"id": p["id"], "method": m, "new_tokens": len(toks), "forward_passes": counter.n,
@@ -128,10 +130,11 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
                                             "ref_margin": margins[d] if d < len(margins) else None})
     finally:
         counter.close()
-    return summarize(rows, hist, divergences, target, cfg)
+    return summarize(rows, hist, divergences, target, cfg, phases)
 
 
-def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict], target, cfg: BenchConfig) -> dict:
+def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict], target, cfg: BenchConfig,
+              phases: dict[str, Counter] | None = None) -> dict:
     methods: dict[str, Any] = {}
     for m in cfg.methods:
         mine = [r for r in rows if r["method"] == m]
@@ -142,6 +145,11 @@ def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict
                       "tokens_per_pass": tokens / max(passes, 1), "tokens_per_second": tokens / max(secs, 1e-9)}
         if hist[m]:
             methods[m]["accepted_histogram"] = {str(k): v for k, v in sorted(hist[m].items())}
+        if phases and phases[m]:
+            # where the time goes: ms per decode pass of each stage (the prefill pass of each prompt apart)
+            decode_passes = max(passes - len(mine), 1)
+            methods[m]["ms_per_pass"] = {k: 1000 * v / decode_passes for k, v in phases[m].items() if k != "prefill"}
+            methods[m]["prefill_ms_per_prompt"] = 1000 * phases[m]["prefill"] / max(len(mine), 1)
     if "hf" in methods:
         base = methods["hf"]["tokens_per_second"]
         for m, s in methods.items():
@@ -166,4 +174,10 @@ def format_table(report: dict) -> str:
     for m, s in report["methods"].items():
         lines.append(f"{m:8} {s['tokens_per_pass']:9.2f} {s['tokens_per_second']:8.2f} "
                      f"{s.get('speedup_vs_hf', float('nan')):6.2f}x {s.get('exact_match_vs_hf', float('nan')):7.2f}")
+    split = {m: s["ms_per_pass"] for m, s in report["methods"].items() if s.get("ms_per_pass")}
+    if split:
+        stages = ("propose", "tree", "verify", "accept", "commit", "other")
+        lines.append("ms per decode pass: " + f"{'method':8} " + " ".join(f"{k:>8}" for k in stages))
+        for m, ms in split.items():
+            lines.append(" " * 20 + f"{m:8} " + " ".join(f"{ms.get(k, 0.0):8.2f}" for k in stages))
     return "\n".join(lines)

@@ -65,6 +65,10 @@ class Step:
     seconds: float = 0.0
     sources: list[int] = field(default_factory=list)  # candidate index that made each drafted token
     truncated: int = 0             # verified tokens dropped because a stop condition came first
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per stage of this pass (see PHASES)
+
+
+PHASES = ("prefill", "propose", "tree", "verify", "accept", "commit")
 
 
 @dataclass
@@ -73,12 +77,15 @@ class DecodeStats:
     new_tokens: int = 0
     seconds: float = 0.0
     accepted_hist: Counter = field(default_factory=Counter)  # drafted tokens kept per pass -> count
+    phases: Counter = field(default_factory=Counter)          # PHASES -> seconds, plus "other"
 
     def add(self, step: Step) -> None:
         self.passes += 1
         self.new_tokens += len(step.tokens)
         self.seconds += step.seconds
         self.accepted_hist[step.drafted] += 1
+        self.phases.update(step.phases)
+        self.phases["other"] += max(step.seconds - sum(step.phases.values()), 0.0)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -145,7 +152,8 @@ def commit(cache, prefix_len: int, path: list[int]) -> int:
     return prefix_len + len(path)
 
 
-def _emit(stream: TextStream, tokens: list[int], drafted: int, sources: list[int], t0: float, tree_size: int) -> Step:
+def _emit(stream: TextStream, tokens: list[int], drafted: int, sources: list[int], t0: float, tree_size: int,
+          phases: dict[str, float]) -> Step:
     kept, text = [], []
     for tok in tokens:
         kept.append(tok)
@@ -156,7 +164,7 @@ def _emit(stream: TextStream, tokens: list[int], drafted: int, sources: list[int
         text.append(stream.flush())
     return Step(tokens=kept, drafted=min(drafted, len(kept)), text="".join(text), finish=stream.finish,
                 tree_size=tree_size, seconds=time.perf_counter() - t0, sources=sources[:len(kept)],
-                truncated=len(tokens) - len(kept))
+                truncated=len(tokens) - len(kept), phases=phases)
 
 
 def _stream_for(target, config: DecodeConfig) -> TextStream:
@@ -179,24 +187,31 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
     cache, root, feats = prefill(model, prompt_ids, layers)
     prefix_len = len(prompt_ids)
     ids = list(prompt_ids) + [root]
-    step = _emit(stream, [root], 0, [], t0, len(prompt_ids))
+    step = _emit(stream, [root], 0, [], t0, len(prompt_ids), {"prefill": time.perf_counter() - t0})
     yield step
     while step.finish is None:
         if cancel is not None and cancel():
             yield Step(tokens=[], drafted=0, text="", finish="cancelled")
             return
-        t0 = time.perf_counter()
+        clock = time.perf_counter
+        t0 = clock()
         ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=config.max_nodes)
         candidates = drafter.propose(ctx) if drafter is not None else []
+        t1 = clock()
         tree = build_tree(root, candidates, config.max_nodes)
-        argmax, hs = verify(model, cache, tree, prefix_len, hidden=bool(layers))
+        t2 = clock()
+        argmax, hs = verify(model, cache, tree, prefix_len, hidden=bool(layers))   # .tolist() syncs
+        t3 = clock()
         path, bonus = accept(tree, argmax)
+        t4 = clock()
         prefix_len = commit(cache, prefix_len, path)
         if drafter is not None:
             drafter.observe(tree, path)
         new = [tree.tokens[n] for n in path[1:]] + [bonus]
         feats = torch.stack([hs[i][0, path[-1]] for i in layers]) if layers else None
-        step = _emit(stream, new, len(path) - 1, [tree.source[n] for n in path[1:]], t0, tree.size)
+        t5 = clock()
+        phases = {"propose": t1 - t0, "tree": t2 - t1, "verify": t3 - t2, "accept": t4 - t3, "commit": t5 - t4}
+        step = _emit(stream, new, len(path) - 1, [tree.source[n] for n in path[1:]], t0, tree.size, phases)
         ids.extend(step.tokens)
         root = bonus
         yield step

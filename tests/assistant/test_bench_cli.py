@@ -27,6 +27,10 @@ def test_bench_json_contract(tmp_path):
             assert isinstance(s[key], float), (m, key)
         assert s["exact_match_vs_hf"] == 1.0          # fp32: every method equals generate()
     assert rep["methods"]["greedy"]["tokens_per_pass"] == pytest.approx(1.0)
+    split = rep["methods"]["phrase"]["ms_per_pass"]          # where a pass's time goes
+    assert set(split) == {"propose", "tree", "verify", "accept", "commit", "other"}
+    assert split["verify"] > 0 and rep["methods"]["phrase"]["prefill_ms_per_prompt"] > 0
+    assert "ms per decode pass" in r.stdout
     rows = rep["per_prompt"]
     assert len(rows) == 8
     for row in rows:

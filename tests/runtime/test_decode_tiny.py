@@ -143,3 +143,15 @@ def test_text_deltas_add_up(tiny_target):
     steps = list(speculative_generate(tiny_target, ids, PromptLookupDrafter(), DecodeConfig(max_new_tokens=25, ignore_eos=True)))
     tokens = [t for s in steps for t in s.tokens]
     assert "".join(s.text for s in steps) == tiny_target.tokenizer.decode(tokens)
+
+
+def test_time_split_accounts_for_every_pass(tiny_target):
+    from runtime.decode import PHASES
+
+    ids = prompts(1)[0]
+    _, stats = run_to_end(speculative_generate(tiny_target, ids, random_phrase_drafter(tiny_target),
+                                               DecodeConfig(max_new_tokens=12, ignore_eos=True)))
+    assert set(stats.phases) == set(PHASES) | {"other"}
+    assert all(v >= 0 for v in stats.phases.values())
+    assert sum(stats.phases.values()) == pytest.approx(stats.seconds, rel=1e-6)
+    assert stats.phases["verify"] > 0 and stats.phases["prefill"] > 0

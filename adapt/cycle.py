@@ -76,7 +76,7 @@ class CycleConfig:
     anchor_sources: tuple[tuple[str, int, int], ...] | None = None   # None: just past the base head's training data
     margin: float = 0.03              # allowed relative drop of anchor tokens/pass
     top_k: int = 6
-    max_nodes: int | None = None      # None: the profile's tree_width
+    max_nodes: int | None = None      # None: the runtime width on this device (auto, <= tree_width)
     feature_batch: int = 4
     half_life_s: float = 7 * 24 * 3600.0
     seed: int = 0
@@ -260,6 +260,14 @@ def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause) -> dict[str,
             "loss_last": round(sum(tail) / len(tail), 4)}
 
 
+def _runtime_width(target, cap: int) -> int:
+    """The verify width the runtime uses on this device (assistant.session: auto width <= cap), so the
+    cycle judges a head at the tree size it will be used with."""
+    from runtime.costmodel import calibrated_width
+
+    return calibrated_width(target, cap)[0]
+
+
 def _tpp(drafter, answers, feats, max_nodes) -> float | None:
     from adapt.evaluate import simulate_decode
 
@@ -323,7 +331,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
                            f"target {target.name} has {target.hidden_size}")
     layers = tuple(art.head.config.feature_layers)
     hidden = target.hidden_size
-    max_nodes = config.max_nodes or profile.config.tree_width
+    max_nodes = config.max_nodes or _runtime_width(target, profile.config.tree_width)
     emb_module = target.model.get_input_embeddings()
     emb = emb_module.weight.detach().float().cpu()
     table = _token_table(target.tokenizer)

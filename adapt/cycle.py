@@ -11,7 +11,11 @@ units of work so a worker can yield to the chat):
                over the replayed answers (adapt.mine), rows grown/evicted under
                profile.config.row_budget (adapt.grow), every change logged to
                adapter/vocab_log.jsonl, new rows initialised from the mean head trunk
-  5. finetune  a short fine-tune of a COPY of the head on the replay buffer
+  5. finetune  a short fine-tune of a COPY of the head on the replay buffer, each batch
+               mixed with rehearsal positions: original-domain answers (prompts just past
+               the anchor's, answered once and kept in adapter/rehearsal.*), so the head
+               does not forget what it was trained on; the trunk learns at a tenth of the
+               output rows' rate
   6. check     tokens per pass (adapt.evaluate.simulate_decode, the runtime's drafter
                composition: phrase head + chain table + prompt lookup) before/after on
                (a) the held-out new answers and (b) the anchor: a held-back slice of the
@@ -39,8 +43,6 @@ from typing import Any, Callable
 ADAPTER_DIR = "adapter"
 STATE_FILE = "state.json"
 REPLAY_FILE = "replay.safetensors"
-ANCHOR_FEATS = "anchor.safetensors"
-ANCHOR_ANSWERS = "anchor.jsonl"
 VOCAB_LOG = "vocab_log.jsonl"
 LOCK_FILE = ".lock"
 BUSY_FILE = "generating"
@@ -69,11 +71,14 @@ class CycleConfig:
     steps: int = 300                  # fine-tune steps at most
     epochs: float = 3.0
     batch_size: int = 256
-    lr: float = 1e-3
+    lr: float = 1e-3                  # output rows
+    trunk_lr_scale: float = 0.1       # the shared trunk moves slower: it serves the original domain too
     eval_every: int = 5               # every 5th new answer is held out for the tokens-per-pass check
     anchor_prompts: int = 16
     anchor_max_new_tokens: int = 128
     anchor_sources: tuple[tuple[str, int, int], ...] | None = None   # None: just past the base head's training data
+    rehearsal_prompts: int = 32       # original-domain answers mixed into every fine-tune (0: none)
+    rehearsal_share: float = 0.3      # share of each fine-tune batch drawn from them
     margin: float = 0.03              # allowed relative drop of anchor tokens/pass
     top_k: int = 6
     max_nodes: int | None = None      # None: the runtime width on this device (auto, <= tree_width)
@@ -190,18 +195,35 @@ def anchor_sources(meta: dict[str, Any], n: int) -> tuple[list[tuple[str, int, i
 
 def ensure_anchor(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause):
     """(answers, features, info) of the held-back original data; built once, then read from adapter/."""
+    sources = None
+    if config.anchor_sources is not None:
+        sources = [tuple(s) for s in config.anchor_sources]
+    return _ensure_slice(adir, "anchor", target, layers, meta, config, pause, config.anchor_prompts, 0, sources)
+
+
+def ensure_rehearsal(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause):
+    """(answers, features, info) of original-domain answers the fine-tune rehearses, so the head keeps
+    what it knew (measured without them: the anchor's tokens/pass fell 9-15% after one arena cycle).
+    The prompts come right after the anchor's, so the check stays held-out."""
+    if config.rehearsal_prompts <= 0 or config.anchor_sources is not None:
+        return [], None, {"available": False}
+    return _ensure_slice(adir, "rehearsal", target, layers, meta, config, pause, config.rehearsal_prompts,
+                         config.anchor_prompts, None)
+
+
+def _ensure_slice(adir: Path, name: str, target, layers, meta, config: CycleConfig, pause, n: int, skip: int,
+                  sources):
     from adapt.distill import DistillConfig, distill, load_answers, training_prompts
     from adapt.features import Features
 
-    fpath, apath = adir / ANCHOR_FEATS, adir / ANCHOR_ANSWERS
-    info_path = adir / "anchor.json"
+    fpath, apath, info_path = adir / f"{name}.safetensors", adir / f"{name}.jsonl", adir / f"{name}.json"
     answers = load_answers(apath)
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     if not answers or info.get("prompts") is None:
-        if config.anchor_sources is not None:
-            sources, unseen = [tuple(s) for s in config.anchor_sources], True
-        else:
-            sources, unseen = anchor_sources(meta, config.anchor_prompts)
+        unseen = True
+        if sources is None:
+            found, unseen = anchor_sources(meta, skip + n)
+            sources = [(p, a + skip, b) for p, a, b in found if b - (a + skip) > 0] if unseen or not skip else []
         if not sources:
             return [], None, {"available": False, "reason": "the base head names no training data on this machine"}
         prompts = training_prompts(sources)
@@ -228,27 +250,40 @@ def ensure_anchor(adir: Path, target, layers, meta: dict[str, Any], config: Cycl
     return answers, feats, {"available": True, **info, "answers": len(answers)}
 
 
-def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause) -> dict[str, Any]:
-    """A short fine-tune of `head` (in place) on the replay buffer's positions, labelled under `vocab`."""
+def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=None) -> dict[str, Any]:
+    """A short fine-tune of `head` (in place) on the replay buffer's positions, labelled under `vocab`;
+    `rehearsal` (a ReplayBuffer of original-domain answers) fills `config.rehearsal_share` of each batch."""
     import torch
 
     targets = replay.targets(vocab)
     keep = (targets >= 0).nonzero().squeeze(1)
     if len(keep) == 0:
         return {"positions": 0, "steps": 0}
+    r_targets = rehearsal.targets(vocab) if rehearsal is not None and len(rehearsal) else None
+    r_keep = (r_targets >= 0).nonzero().squeeze(1) if r_targets is not None else torch.zeros(0, dtype=torch.long)
+    r_n = int(round(config.batch_size * config.rehearsal_share)) if len(r_keep) else 0
     g = torch.Generator().manual_seed(config.seed)
     live = torch.tensor([r is not None for r in vocab.rows], dtype=torch.bool)
     mask = torch.where(live, 0.0, float("-inf"))
     steps = min(config.steps, max(1, math.ceil(config.epochs * len(keep) / config.batch_size)))
-    opt = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=0.0)
+    out_params = list(head.out.parameters())
+    trunk_params = [p for p in head.parameters() if all(p is not q for q in out_params)]
+    opt = torch.optim.AdamW([{"params": out_params, "lr": config.lr},
+                             {"params": trunk_params, "lr": config.lr * config.trunk_lr_scale}], weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     head.train()
     losses = []
     for step in range(steps):
         pause()
-        idx = keep[torch.randint(len(keep), (min(config.batch_size, len(keep)),), generator=g)]
-        logits = head(replay.feats[idx].float(), emb[replay.roots[idx].long()]) + mask
-        loss = torch.nn.functional.cross_entropy(logits, targets[idx])
+        idx = keep[torch.randint(len(keep), (min(config.batch_size - r_n, len(keep)),), generator=g)]
+        feats, roots, labels = replay.feats[idx], replay.roots[idx], targets[idx]
+        if r_n:
+            ridx = r_keep[torch.randint(len(r_keep), (r_n,), generator=g)]
+            feats = torch.cat([feats, rehearsal.feats[ridx]])
+            roots = torch.cat([roots, rehearsal.roots[ridx]])
+            labels = torch.cat([labels, r_targets[ridx]])
+        logits = head(feats.float(), emb[roots.long()]) + mask
+        loss = torch.nn.functional.cross_entropy(logits, labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -256,7 +291,8 @@ def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause) -> dict[str,
         losses.append(float(loss.detach()))
     head.eval()
     tail = losses[-max(1, len(losses) // 10):]
-    return {"positions": int(len(keep)), "steps": steps, "loss_first": round(losses[0], 4),
+    return {"positions": int(len(keep)), "rehearsal_positions": int(len(r_keep)) if r_n else 0, "steps": steps,
+            "loss_first": round(losses[0], 4),
             "loss_last": round(sum(tail) / len(tail), 4)}
 
 
@@ -395,8 +431,16 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
 
     # 5: fine-tune
     on_stage("finetune")
+    reh_answers, reh_feats, reh_info = ensure_rehearsal(adir, target, layers, art.meta, config, pause)
+    rehearsal = None
+    if reh_feats is not None:
+        rehearsal = ReplayBuffer.empty(adir / "rehearsal-buffer", len(reh_feats.roots) + 1,
+                                       dim=reh_feats.feats.shape[1], layers=layers,
+                                       hidden=hidden, target=target.name)
+        rehearsal.add(reh_feats.feats, reh_feats.roots, [a.answer_ids for a in reh_answers], reh_feats.seq,
+                      reh_feats.pos, list(range(1, len(reh_answers) + 1)))
     torch.manual_seed(config.seed)
-    ft = fine_tune(head, replay, vocab, emb, config, pause)
+    ft = fine_tune(head, replay, vocab, emb, config, pause, rehearsal)
 
     # 6: check
     on_stage("check")
@@ -430,7 +474,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
         "finetune": ft,
         "tokens_per_pass": {"user_before": user_before, "user_after": user_after,
                             "anchor_before": anchor_before, "anchor_after": anchor_after},
-        "anchor": anchor_info, "margin": config.margin, "max_nodes": max_nodes,
+        "anchor": anchor_info, "rehearsal": reh_info, "margin": config.margin, "max_nodes": max_nodes,
     }
 
     # 7: publish

@@ -23,7 +23,8 @@ from runtime.vocab import DraftVocab
 
 quiet = lambda *a: None  # noqa: E731
 QUIET_LOG = type("L", (), {"progress": staticmethod(quiet), "say": staticmethod(quiet)})()
-FAST = CycleConfig(steps=15, batch_size=64, anchor_prompts=3, anchor_max_new_tokens=10, max_new_rows=40,
+FAST = CycleConfig(steps=15, batch_size=64, anchor_prompts=3, rehearsal_prompts=3, anchor_max_new_tokens=10,
+                   max_new_rows=40,
                    feature_batch=16, eval_every=4, margin=1.0, max_nodes=12)
 PROMPTS = ["What is 2 + 3?", "Natalia sold 48 clips in April.", "How many legs does a cat have?",
            "Name a colour.", "Write one word.", "Count to five.", "Say hello.", "Add 7 and 8.",
@@ -107,6 +108,8 @@ def test_cycle_grows_finetunes_and_publishes(adapt_profile, tiny_llama):
     assert rep["eval_answers"] == 2 and rep["train_answers"] == 6 and not rep["eval_in_sample"]
     assert rep["anchor"]["available"] and rep["anchor"]["unseen_by_base_head"]
     assert rep["anchor"]["sources"][0][1:] == [6, 9]          # just past the base head's training prompts
+    assert rep["rehearsal"]["sources"][0][1:] == [9, 12]      # then the rehearsed ones: the check stays held-out
+    assert rep["finetune"]["rehearsal_positions"] > 0
     # state after the publish; replay holds only the training answers
     st = read_state(p.path)
     assert st["last_msg_id"] == ids[-1] and st["cycles"] == 1 and st["published"] == 1

@@ -196,7 +196,7 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         clock = time.perf_counter
         t0 = clock()
         ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=config.max_nodes)
-        candidates = drafter.propose(ctx) if drafter is not None else []
+        candidates = drafter.propose(ctx) if drafter is not None and config.max_nodes > 1 else []
         t1 = clock()
         tree = build_tree(root, candidates, config.max_nodes)
         t2 = clock()
@@ -205,7 +205,7 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         path, bonus = accept(tree, argmax)
         t4 = clock()
         prefix_len = commit(cache, prefix_len, path)
-        if drafter is not None:
+        if drafter is not None and tree.size > 1:
             drafter.observe(tree, path)
         new = [tree.tokens[n] for n in path[1:]] + [bonus]
         feats = torch.stack([hs[i][0, path[-1]] for i in layers]) if layers else None

@@ -45,6 +45,15 @@ def _pending(history: Path, since: int) -> int | None:
         return None
 
 
+def _shipped_head(target: str) -> Path | None:
+    """The shipped head a profile without versions adapts from (runtime.defaults; no torch import)."""
+    from runtime.defaults import shipped_head
+    from runtime.fetch import DEFAULT_NAME
+
+    name = DEFAULT_NAME if target.lower() in ("default", "smollm2", DEFAULT_NAME.lower()) else Path(target).name
+    return shipped_head(name)
+
+
 def status(profile) -> dict[str, Any]:
     from adapt.cycle import AdapterError, adapter_dir, read_state
 
@@ -62,6 +71,10 @@ def status(profile) -> dict[str, Any]:
         rows, capacity = meta.get("rows"), meta.get("capacity")
         if rows is None:
             rows, capacity = _header_rows(heads.path_of(version))
+    else:
+        shipped = _shipped_head(cfg.target)
+        if shipped is not None:
+            rows, capacity = _header_rows(shipped)
     last = st.get("last_cycle") or {}
     out.update({
         "version": version, "versions": heads.versions(), "rows": rows, "capacity": capacity,

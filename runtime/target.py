@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from runtime.fetch import DEFAULT_NAME, ModelFetchError, Progress, ensure_default_model, stderr_progress
+from runtime.fetch import (DEFAULT_ALIASES, DEFAULT_NAME, ModelFetchError, Progress, ensure_default_model,
+                           stderr_progress)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-DEFAULT_ALIASES = {"default", "smollm2", DEFAULT_NAME.lower(), "huggingfacetb/smollm2-135m-instruct"}
 
 
 @dataclass

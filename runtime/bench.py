@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from runtime.decode import DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
+from runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
 
@@ -176,7 +176,7 @@ def format_table(report: dict) -> str:
                      f"{s.get('speedup_vs_hf', float('nan')):6.2f}x {s.get('exact_match_vs_hf', float('nan')):7.2f}")
     split = {m: s["ms_per_pass"] for m, s in report["methods"].items() if s.get("ms_per_pass")}
     if split:
-        stages = ("propose", "tree", "verify", "accept", "commit", "other")
+        stages = tuple(p for p in PHASES if p != "prefill") + ("other",)
         lines.append("ms per decode pass: " + f"{'method':8} " + " ".join(f"{k:>8}" for k in stages))
         for m, ms in split.items():
             lines.append(" " * 20 + f"{m:8} " + " ".join(f"{ms.get(k, 0.0):8.2f}" for k in stages))

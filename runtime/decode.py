@@ -193,23 +193,22 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         if cancel is not None and cancel():
             yield Step(tokens=[], drafted=0, text="", finish="cancelled")
             return
-        clock = time.perf_counter
-        t0 = clock()
+        t0 = time.perf_counter()
         ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=config.max_nodes)
         candidates = drafter.propose(ctx) if drafter is not None and config.max_nodes > 1 else []
-        t1 = clock()
+        t1 = time.perf_counter()
         tree = build_tree(root, candidates, config.max_nodes)
-        t2 = clock()
+        t2 = time.perf_counter()
         argmax, hs = verify(model, cache, tree, prefix_len, hidden=bool(layers))   # .tolist() syncs
-        t3 = clock()
+        t3 = time.perf_counter()
         path, bonus = accept(tree, argmax)
-        t4 = clock()
+        t4 = time.perf_counter()
         prefix_len = commit(cache, prefix_len, path)
         if drafter is not None and tree.size > 1:
             drafter.observe(tree, path)
         new = [tree.tokens[n] for n in path[1:]] + [bonus]
         feats = torch.stack([hs[i][0, path[-1]] for i in layers]) if layers else None
-        t5 = clock()
+        t5 = time.perf_counter()
         phases = {"propose": t1 - t0, "tree": t2 - t1, "verify": t3 - t2, "accept": t4 - t3, "commit": t5 - t4}
         step = _emit(stream, new, len(path) - 1, [tree.source[n] for n in path[1:]], t0, tree.size, phases)
         ids.extend(step.tokens)

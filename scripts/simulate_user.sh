@@ -16,9 +16,10 @@ $A profile create "$PROFILE" 2>/dev/null || true
 
 # 1. the user's past: every answer is recorded as accepted in the profile's history
 n=$(wc -l < "$PAST"); per=$(( (n + JOBS - 1) / JOBS ))
+rm -f "$OUT"/past.[0-9][0-9]
 split -l "$per" -d "$PAST" "$OUT/past."
 pids=()
-for part in "$OUT"/past.[0-9]*; do
+for part in "$OUT"/past.[0-9][0-9]; do
     OMP_NUM_THREADS=$(( JOBS > 1 ? 1 : $(nproc) )) $A ask --file "$part" --profile "$PROFILE" \
         --max-new-tokens "$TOKENS" --dtype fp32 --json > "$part.answers.jsonl" &
     pids+=($!)

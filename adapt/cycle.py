@@ -38,7 +38,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 ADAPTER_DIR = "adapter"
 STATE_FILE = "state.json"
@@ -73,6 +73,7 @@ class CycleConfig:
     batch_size: int = 256
     lr: float = 1e-3                  # output rows
     trunk_lr_scale: float = 0.1       # the shared trunk moves slower: it serves the original domain too
+    old_rows_scale: float = 1.0       # how far rows that existed before this cycle may move (0: frozen)
     eval_every: int = 5               # every 5th new answer is held out for the tokens-per-pass check
     anchor_prompts: int = 16
     anchor_max_new_tokens: int = 128
@@ -251,9 +252,11 @@ def _ensure_slice(adir: Path, name: str, target, layers, meta, config: CycleConf
     return answers, feats, {"available": True, **info, "answers": len(answers)}
 
 
-def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=None) -> dict[str, Any]:
+def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=None,
+              new_rows: Sequence[int] = ()) -> dict[str, Any]:
     """A short fine-tune of `head` (in place) on the replay buffer's positions, labelled under `vocab`;
-    `rehearsal` (a ReplayBuffer of original-domain answers) fills `config.rehearsal_share` of each batch."""
+    `rehearsal` (a ReplayBuffer of original-domain answers) fills `config.rehearsal_share` of each batch.
+    Rows not in `new_rows` move `config.old_rows_scale` as far as the optimiser takes them."""
     import torch
 
     targets = replay.targets(vocab)
@@ -273,6 +276,9 @@ def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=No
                              {"params": trunk_params, "lr": config.lr * config.trunk_lr_scale}], weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     head.train()
+    old = torch.ones(head.rows, dtype=torch.bool)
+    old[torch.as_tensor(list(new_rows), dtype=torch.long)] = False
+    w0, b0 = head.out.weight.detach().clone(), head.out.bias.detach().clone()
     losses = []
     for step in range(steps):
         pause()
@@ -289,6 +295,11 @@ def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=No
         loss.backward()
         opt.step()
         sched.step()
+        if config.old_rows_scale != 1.0:
+            with torch.no_grad():
+                for p, p0 in ((head.out.weight, w0), (head.out.bias, b0)):
+                    p[old] = p0[old] + config.old_rows_scale * (p[old] - p0[old])
+                    p0[old] = p[old]
         losses.append(float(loss.detach()))
     head.eval()
     tail = losses[-max(1, len(losses) // 10):]
@@ -300,9 +311,9 @@ def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=No
 def _runtime_width(target, cap: int) -> int:
     """The verify width the runtime uses on this device (assistant.session: auto width <= cap), so the
     cycle judges a head at the tree size it will be used with."""
-    from runtime.costmodel import calibrated_width
+    from runtime.costmodel import calibrate
 
-    return calibrated_width(target, cap)[0]
+    return calibrate(target, cap).width
 
 
 def _tpp(drafter, answers, feats, max_nodes) -> float | None:
@@ -441,7 +452,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
         rehearsal.add(reh_feats.feats, reh_feats.roots, [a.answer_ids for a in reh_answers], reh_feats.seq,
                       reh_feats.pos, list(range(1, len(reh_answers) + 1)))
     torch.manual_seed(config.seed)
-    ft = fine_tune(head, replay, vocab, emb, config, pause, rehearsal)
+    ft = fine_tune(head, replay, vocab, emb, config, pause, rehearsal, added)
 
     # 6: check
     on_stage("check")

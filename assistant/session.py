@@ -67,9 +67,11 @@ class Session:
         self.swap_head(self.config.head_path)
         self.width = self.config.tree_width
         if self.config.auto_width and self.config.method == "phrase":
-            from runtime.costmodel import calibrated_width
+            from runtime.costmodel import apply_plan, calibrate
 
-            self.width, _ = calibrated_width(self.target, self.config.tree_width, progress)
+            plan = calibrate(self.target, self.config.tree_width, progress)
+            apply_plan(self.target, plan)
+            self.width = plan.width
         progress("ready", 1.0)
         for hook in self.on_loaded:
             hook(self)

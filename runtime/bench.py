@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from runtime.layout import set_layout
 from runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
@@ -32,6 +33,7 @@ class BenchConfig:
     tree_width: int = 16
     pld_tokens: int = 10
     ignore_eos: bool = False
+    layout: str = "out"            # runtime.layout of the weights for greedy and phrase (hf, pld: as loaded)
 
 
 class PassCounter:
@@ -99,13 +101,15 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
     divergences: list[dict[str, Any]] = []
     try:
         warm = target.encode_chat([{"role": "user", "content": "Hi"}])
-        warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width)
+        warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width, layout=cfg.layout)
         for m in cfg.methods:
+            set_layout(target.model, "out" if m in ("hf", "pld") else cfg.layout)
             _run_one(m, target, warm, warm_cfg, drafter)
         for pi, p in enumerate(prompts):
             ids = target.encode_chat([{"role": "user", "content": p["prompt"]}])
             ref, margins = None, []
             for m in cfg.methods:
+                set_layout(target.model, "out" if m in ("hf", "pld") else cfg.layout)
                 counter.n = 0
                 t0 = time.perf_counter()
                 toks, mg, stats = _run_one(m, target, ids, cfg, drafter)
@@ -130,6 +134,7 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
                                             "ref_margin": margins[d] if d < len(margins) else None})
     finally:
         counter.close()
+        set_layout(target.model, "out")
     return summarize(rows, hist, divergences, target, cfg, phases)
 
 
@@ -163,7 +168,8 @@ def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict
         "target": target.name, "dtype": target.dtype, "device": str(target.device),
         "machine": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "config": {"max_new_tokens": cfg.max_new_tokens, "tree_width": cfg.tree_width, "methods": list(cfg.methods)},
+        "config": {"max_new_tokens": cfg.max_new_tokens, "tree_width": cfg.tree_width, "methods": list(cfg.methods),
+                   "layout": cfg.layout},
         "methods": methods, "divergences": divergences, "per_prompt": rows,
     }
 

@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--methods", default="hf,pld,greedy,phrase", help="comma list of hf,pld,greedy,phrase")
     p.add_argument("--tree-width", type=int, default=None,
                    help="verify nodes per pass, root included (default: the fastest width on this device, <= 16)")
+    p.add_argument("--layout", choices=["auto", "out", "in"], default="auto",
+                   help="weight layout for greedy and phrase (runtime/layout.py); auto: the measured best "
+                        "without --tree-width, as loaded with it")
     p.add_argument("--target", default=None, help="model (default: the profile's target)")
     p.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
     p.add_argument("--profile", default=None, help="profile name")
@@ -58,15 +61,22 @@ def run(args) -> int:
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
     drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
-    width = args.tree_width
+    width, layout = args.tree_width, args.layout
     if width is None:
-        from runtime.costmodel import calibrated_width
+        from runtime.costmodel import calibrate, choose
 
-        width, costs = calibrated_width(target, 16, lambda s, f: print(f"[bench] {s}", file=sys.stderr))
-        print(f"[bench] tree width {width} (verify cost relative to 1 token: "
-              + ", ".join(f"w={w} x{c / costs[1]:.2f}" for w, c in sorted(costs.items())) + ")", file=sys.stderr)
+        plan = calibrate(target, 16, lambda s, f: print(f"[bench] {s}", file=sys.stderr))
+        layout, width = (plan.layout, plan.width) if layout == "auto" else (layout, choose({layout: plan.costs[layout]})[1])
+        base = plan.costs["out"][1]
+        for lay, c in plan.costs.items():
+            print(f"[bench] verify cost with {lay}-major weights, relative to 1 token as loaded: "
+                  + ", ".join(f"w={w} x{s / base:.2f}" for w, s in sorted(c.items())), file=sys.stderr)
+    elif layout == "auto":
+        layout = "out"
+    print(f"[bench] tree width {width}, {layout}-major weights for greedy and phrase "
+          f"(hf and pld run on the weights as loaded)", file=sys.stderr)
     cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=width,
-                      ignore_eos=args.ignore_eos)
+                      ignore_eos=args.ignore_eos, layout=layout)
     report = run_bench(target, prompts, cfg, drafter, progress=lambda s: print(f"[bench] {s}", file=sys.stderr))
     report["dataset"] = args.dataset
     report["head"] = info

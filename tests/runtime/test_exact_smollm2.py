@@ -77,3 +77,20 @@ def test_natural_eos_inside_oracle_run(smol_fp32):
                                       DecodeConfig(max_new_tokens=24)))
     assert [t for s in steps for t in s.tokens] == ref
     assert steps[-1].finish == "eos" and steps[-1].truncated > 0
+
+
+@pytest.mark.parametrize("kind", ["oracle", "phrase"])
+def test_in_major_weights_equal_generate_as_loaded(smol_fp32, references, kind):
+    """The runtime may re-stride the weights (runtime.layout, picked by the cost model on CPUs): the
+    references above come from generate() on the weights as loaded, the decode runs on [in, out] ones."""
+    from runtime.layout import set_layout
+
+    set_layout(smol_fp32.model, "in")
+    try:
+        for ids, ref in references:
+            drafter = OracleDrafter(ids + ref) if kind == "oracle" else untrained_phrase_drafter(smol_fp32)
+            out, _ = run_to_end(speculative_generate(smol_fp32, ids, drafter,
+                                                     DecodeConfig(max_new_tokens=N, max_nodes=12, ignore_eos=True)))
+            assert out == ref, f"diverged at {next(i for i, (a, b) in enumerate(zip(out, ref)) if a != b)}"
+    finally:
+        set_layout(smol_fp32.model, "out")

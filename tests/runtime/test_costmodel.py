@@ -1,0 +1,55 @@
+"""runtime.costmodel: the (layout, width) choice, its cache, and the target left as it came."""
+import json
+
+import pytest
+
+from runtime import costmodel
+from runtime.costmodel import VerifyPlan, calibrate, choose, expected_tokens_per_pass, verify_costs
+from runtime.layout import layout_of
+
+from ..conftest import tiny_qwen3
+
+
+def test_choose_trades_tokens_against_cost():
+    flat = {1: 1.0, 3: 1.0, 16: 1.0}
+    assert choose({"out": flat}) == ("out", 16)
+    assert choose({"out": flat}, cap=3) == ("out", 3)
+    # fp32 on a 2-core CPU, as loaded ("out") and [in, out] ("in"), relative to 1 token as loaded
+    steep = {1: 1.0, 3: 1.07, 12: 2.17, 16: 2.98}
+    cheap_wide = {1: 0.87, 3: 1.33, 12: 1.51, 16: 1.75}
+    assert choose({"out": steep, "in": cheap_wide}) == ("in", 12)
+    assert expected_tokens_per_pass(12) / 1.51 > expected_tokens_per_pass(3) / 1.07
+    assert choose({"out": steep, "in": {1: 1.3, 3: 1.5, 12: 4.0, 16: 4.0}}) == ("out", 3)
+
+
+def test_verify_costs_leaves_layout():
+    t = tiny_qwen3()
+    costs = verify_costs(t, (1, 4), layout="in", prefix=16, repeats=2)
+    assert set(costs) == {1, 4} and all(s > 0 for s in costs.values())
+    assert layout_of(t.model) == "out"
+
+
+def test_calibrate_caches_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    calls = []
+
+    def fake(target, widths, layout=None, **kw):
+        calls.append(layout)
+        return {w: (1.0 + w / 4 if layout == "out" else 0.9 + w / 100) for w in widths}
+
+    monkeypatch.setattr(costmodel, "verify_costs", fake)
+    t = tiny_qwen3()
+    plan = calibrate(t, 16)
+    assert isinstance(plan, VerifyPlan) and plan.layout == "in" and plan.width == 16
+    assert sorted(calls) == ["in", "out"]
+    assert calibrate(t, 16) == plan and len(calls) == 2          # read back, not re-measured
+    assert calibrate(t, 3).width == 3 and len(calls) == 2
+    (f,) = (tmp_path / "costmodel").glob("*.json")
+    data = json.loads(f.read_text())
+    assert data["relative_to_out_w1"]["in"]["16"] == pytest.approx((0.9 + 0.16) / 1.25, abs=1e-3)
+    f.write_text(json.dumps({"costs": {"1": 1.0, "16": 2.0}}))  # the old single-layout format
+    calibrate(t, 16)
+    assert len(calls) == 4
+    f.write_text("{not json")
+    calibrate(t, 16)
+    assert len(calls) == 6

@@ -365,10 +365,12 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     last_id = max(m for m, _, _ in new)
 
     if target is None:
+        from runtime.budget import resolve_dtype
         from runtime.target import load_target
 
         on_stage("load")
-        target = load_target(profile.config.target, config.dtype or profile.config.dtype, progress=lambda *a: None)
+        dtype = resolve_dtype(config.dtype or profile.config.dtype)   # a profile's "auto" is resolved here too
+        target = load_target(profile.config.target, dtype, progress=lambda *a: None)
     base_path = profile.heads.current() or shipped_head(target.name)
     if base_path is None:
         raise AdapterError(f"{profile.path}: no head to adapt (no version in heads/ and no shipped head for "

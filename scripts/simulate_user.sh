@@ -29,9 +29,10 @@ for p in "${pids[@]}"; do wait "$p"; done
 # 2. one adaptation cycle
 $A adapt --once --profile "$PROFILE" --dtype fp32 --json | tee "$OUT/cycle.json"
 
-# 3. the user's next prompts: shipped head vs adapted head at the same verify width, exactness vs hf
-W=${WIDTH:-3}
-$A bench --dataset "$NEXT" --max-new-tokens "$TOKENS" --dtype fp32 --methods phrase --tree-width "$W" \
+# 3. the user's next prompts: shipped head vs adapted head at the same verify width (the one the runtime
+#    picks on this machine unless WIDTH is set), exactness vs hf
+W=(); [ -n "${WIDTH:-}" ] && W=(--tree-width "$WIDTH")
+$A bench --dataset "$NEXT" --max-new-tokens "$TOKENS" --dtype fp32 --methods phrase "${W[@]}" \
     --head runtime/data/heads/SmolLM2-135M-Instruct.safetensors --json "$OUT/next-shipped.json"
-$A bench --dataset "$NEXT" --max-new-tokens "$TOKENS" --dtype fp32 --methods hf,phrase --tree-width "$W" \
+$A bench --dataset "$NEXT" --max-new-tokens "$TOKENS" --dtype fp32 --methods hf,phrase "${W[@]}" \
     --profile "$PROFILE" --json "$OUT/next-adapted.json"

@@ -203,3 +203,12 @@ def test_swap_keeps_fp32_exact_match(adapt_profile, tiny_llama):
     bad = p.path / "bad.safetensors"
     bad.write_bytes(b"not a head")
     assert s.maybe_reload_head(bad) is False and s.head_info["head"] == str(p.heads.current())
+
+
+def test_cycle_loads_its_own_target_for_an_auto_dtype_profile(adapt_profile):
+    """The chat's worker passes no target: the cycle loads the profile's, resolving dtype "auto"."""
+    p = adapt_profile
+    p.update_config(dtype="auto")
+    add_answers(p, 0, 4)
+    rep = run_cycle(p, target=None, config=FAST)
+    assert rep["status"] in ("published", "rejected") and rep["answers"] == 4

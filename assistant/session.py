@@ -41,6 +41,7 @@ class Session:
     busy: threading.Event = field(default_factory=threading.Event, repr=False)  # set while answering
     on_loaded: list[Callable[["Session"], None]] = field(default_factory=list, repr=False)
     width: int = 0                                          # verify width in use (set by load)
+    width_ctl: Any = None                                   # runtime.width.WidthController (auto width)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -69,9 +70,13 @@ class Session:
         if self.config.auto_width and self.config.method == "phrase":
             from runtime.costmodel import apply_plan, calibrate
 
+            from runtime.width import WidthController
+
             plan = calibrate(self.target, self.config.tree_width, progress)
             apply_plan(self.target, plan)
             self.width = plan.width
+            # one controller for the session: the width follows what the head banks on this user's text
+            self.width_ctl = WidthController(plan.costs[plan.layout], self.config.tree_width)
         progress("ready", 1.0)
         for hook in self.on_loaded:
             hook(self)
@@ -112,13 +117,14 @@ class Session:
                 raise ContextFullError(f"the conversation uses {len(ids)} tokens and the context holds "
                                        f"{self.config.max_context}: start a new conversation")
             limit = min(limit, room)
-        cfg = DecodeConfig(max_new_tokens=limit, max_nodes=self.width or self.config.tree_width)
+        cap = self.config.tree_width if self.width_ctl is not None else (self.width or self.config.tree_width)
+        cfg = DecodeConfig(max_new_tokens=limit, max_nodes=cap)
         with self._lock:
             drafter = self.drafter
         if self.config.method == "greedy":
             steps = greedy_generate(self.target, ids, cfg, cancel)
         else:
-            steps = speculative_generate(self.target, ids, drafter, cfg, cancel)
+            steps = speculative_generate(self.target, ids, drafter, cfg, cancel, width=self.width_ctl)
         return self._marked_busy(steps)
 
     def _marked_busy(self, steps: Iterator[Any]) -> Iterator[Any]:
@@ -130,7 +136,8 @@ class Session:
     def info(self) -> dict[str, Any]:
         t = self.target
         out = {"target": self.config.target, "dtype": self.config.dtype, "method": self.config.method,
-               "tree_width": self.width or self.config.tree_width}
+               "tree_width": (self.width_ctl.best() if self.width_ctl is not None
+                              else self.width or self.config.tree_width)}
         if t is not None:
             out.update(model=t.name, device=str(t.device), target_parameters=t.num_parameters)
         out["head"] = self.head_info

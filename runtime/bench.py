@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from runtime.layout import set_layout
+from runtime.width import WidthController
 from runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
@@ -34,6 +35,7 @@ class BenchConfig:
     pld_tokens: int = 10
     ignore_eos: bool = False
     layout: str = "out"            # runtime.layout of the weights for greedy and phrase (hf, pld: as loaded)
+    width_costs: tuple[tuple[int, float], ...] = ()   # (w, seconds): phrase picks its width online (runtime.width)
 
 
 class PassCounter:
@@ -70,7 +72,8 @@ def _hf(target, ids: list[int], cfg: BenchConfig, pld: bool) -> tuple[list[int],
     return out.sequences[0, len(ids):].tolist(), margins
 
 
-def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter) -> tuple[list[int], list[float], DecodeStats]:
+def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter,
+             width: WidthController | None = None) -> tuple[list[int], list[float], DecodeStats]:
     dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, max_nodes=cfg.tree_width, ignore_eos=cfg.ignore_eos)
     if method in ("hf", "pld"):
         toks, margins = _hf(target, ids, cfg, pld=(method == "pld"))
@@ -78,7 +81,7 @@ def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter) -> 
     if method == "greedy":
         toks, stats = run_to_end(greedy_generate(target, ids, dcfg))
     elif method == "phrase":
-        toks, stats = run_to_end(speculative_generate(target, ids, drafter, dcfg))
+        toks, stats = run_to_end(speculative_generate(target, ids, drafter, dcfg, width=width))
     else:
         raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
     return toks, [], stats
@@ -99,6 +102,8 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
     hist: dict[str, Counter] = {m: Counter() for m in cfg.methods}
     phases: dict[str, Counter] = {m: Counter() for m in cfg.methods}
     divergences: list[dict[str, Any]] = []
+    # one controller for the whole run, as one chat session keeps one (it learns from the answers so far)
+    width = WidthController(dict(cfg.width_costs), cfg.tree_width) if cfg.width_costs else None
     try:
         warm = target.encode_chat([{"role": "user", "content": "Hi"}])
         warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width, layout=cfg.layout)
@@ -112,14 +117,15 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
                 set_layout(target.model, "out" if m in ("hf", "pld") else cfg.layout)
                 counter.n = 0
                 t0 = time.perf_counter()
-                toks, mg, stats = _run_one(m, target, ids, cfg, drafter)
+                toks, mg, stats = _run_one(m, target, ids, cfg, drafter, width if m == "phrase" else None)
                 dt = time.perf_counter() - t0
                 hist[m].update(stats.accepted_hist)
                 phases[m].update(stats.phases)
                 if m == "hf":
                     ref, margins = toks, mg
                 rows.append({"id": p["id"], "method": m, "new_tokens": len(toks), "forward_passes": counter.n,
-                             "seconds": dt, "tokens": toks, "prompt_tokens": len(ids)})
+                             "seconds": dt, "tokens": toks, "prompt_tokens": len(ids),
+                             "tree_sizes": dict(sorted(stats.tree_sizes.items()))})
                 if progress:
                     progress(f"prompt {pi + 1}/{len(prompts)} {m}: {len(toks)} tokens, "
                              f"{len(toks) / max(counter.n, 1):.2f}/pass, {len(toks) / dt:.1f} tok/s")
@@ -135,7 +141,10 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
     finally:
         counter.close()
         set_layout(target.model, "out")
-    return summarize(rows, hist, divergences, target, cfg, phases)
+    report = summarize(rows, hist, divergences, target, cfg, phases)
+    if width is not None and "phrase" in report["methods"]:
+        report["methods"]["phrase"]["width_estimates"] = width.summary()
+    return report
 
 
 def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict], target, cfg: BenchConfig,

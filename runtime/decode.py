@@ -8,6 +8,8 @@ and the target's argmax after the last kept node (the bonus) is always added.
 EOS, stop strings and max_new_tokens cut the run exactly where greedy decoding
 would stop, also in the middle of an accepted run. `cancel()` is polled between
 passes. `greedy_generate` is the plain one-token reference on the same cache code.
+A `runtime.width.WidthController` may pick each pass's tree width (<= max_nodes);
+the output never depends on it, only the time does.
 
 KV cache invariant between passes: the cache holds every committed token except
 the last one (`root`, the pending bonus token), whose key/values are computed in
@@ -24,6 +26,7 @@ import torch
 
 from runtime.textstream import TextStream
 from runtime.tree import Tree, accept, build_tree
+from runtime.width import WidthController
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class DecodeStats:
     seconds: float = 0.0
     accepted_hist: Counter = field(default_factory=Counter)  # drafted tokens kept per pass -> count
     phases: Counter = field(default_factory=Counter)          # PHASES -> seconds, plus "other"
+    tree_sizes: Counter = field(default_factory=Counter)      # verified tree size -> passes (prefill apart)
 
     def add(self, step: Step) -> None:
         self.passes += 1
@@ -86,6 +90,8 @@ class DecodeStats:
         self.accepted_hist[step.drafted] += 1
         self.phases.update(step.phases)
         self.phases["other"] += max(step.seconds - sum(step.phases.values()), 0.0)
+        if "prefill" not in step.phases:
+            self.tree_sizes[step.tree_size] += 1
 
     @property
     def tokens_per_pass(self) -> float:
@@ -176,8 +182,10 @@ def _stream_for(target, config: DecodeConfig) -> TextStream:
 
 @torch.inference_mode()
 def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | None, config: DecodeConfig,
-                         cancel: Callable[[], bool] | None = None) -> Iterator[Step]:
-    """Yield one Step per target forward pass (see module docstring)."""
+                         cancel: Callable[[], bool] | None = None, width: WidthController | None = None
+                         ) -> Iterator[Step]:
+    """Yield one Step per target forward pass (see module docstring). `width` (runtime.width) picks
+    each pass's verify width, at most config.max_nodes; without it every pass uses config.max_nodes."""
     model = target.model
     layers = tuple(drafter.feature_layers) if drafter is not None else ()
     stream = _stream_for(target, config)
@@ -194,10 +202,12 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
             yield Step(tokens=[], drafted=0, text="", finish="cancelled")
             return
         t0 = time.perf_counter()
-        ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=config.max_nodes)
-        candidates = drafter.propose(ctx) if drafter is not None and config.max_nodes > 1 else []
+        w = min(width.next_width(), config.max_nodes) if width is not None and drafter is not None \
+            else config.max_nodes
+        ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=w)
+        candidates = drafter.propose(ctx) if drafter is not None and w > 1 else []
         t1 = time.perf_counter()
-        tree = build_tree(root, candidates, config.max_nodes)
+        tree = build_tree(root, candidates, w)
         t2 = time.perf_counter()
         argmax, hs = verify(model, cache, tree, prefix_len, hidden=bool(layers))   # .tolist() syncs
         t3 = time.perf_counter()
@@ -206,6 +216,8 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         prefix_len = commit(cache, prefix_len, path)
         if drafter is not None and tree.size > 1:
             drafter.observe(tree, path)
+        if width is not None and drafter is not None:
+            width.observe(path, w)
         new = [tree.tokens[n] for n in path[1:]] + [bonus]
         feats = torch.stack([hs[i][0, path[-1]] for i in layers]) if layers else None
         t5 = time.perf_counter()

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto: bf16 on a GPU or a CPU with native bf16, else fp32")
     p.add_argument("--methods", default="hf,pld,greedy,phrase", help="comma list of hf,pld,greedy,phrase")
     p.add_argument("--tree-width", type=int, default=None,
-                   help="verify nodes per pass, root included (default: the fastest width on this device, <= 16)")
+                   help="verify nodes per pass, root included (default: picked online per pass from the measured "
+                        "verify costs and what the head banks, <= 16; runtime/width.py)")
     p.add_argument("--layout", choices=["auto", "out", "in"], default="auto",
                    help="weight layout for greedy and phrase (runtime/layout.py); auto: the measured best "
                         "without --tree-width, as loaded with it")
@@ -61,22 +62,23 @@ def run(args) -> int:
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
     drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
-    width, layout = args.tree_width, args.layout
+    width, layout, width_costs = args.tree_width, args.layout, ()
     if width is None:
-        from runtime.costmodel import calibrate, choose
+        from runtime.costmodel import calibrate
 
         plan = calibrate(target, 16, lambda s, f: print(f"[bench] {s}", file=sys.stderr))
-        layout, width = (plan.layout, plan.width) if layout == "auto" else (layout, choose({layout: plan.costs[layout]})[1])
+        layout = plan.layout if layout == "auto" else layout
+        width, width_costs = 16, tuple(sorted(plan.costs[layout].items()))
         base = plan.costs["out"][1]
         for lay, c in plan.costs.items():
             print(f"[bench] verify cost with {lay}-major weights, relative to 1 token as loaded: "
                   + ", ".join(f"w={w} x{s / base:.2f}" for w, s in sorted(c.items())), file=sys.stderr)
     elif layout == "auto":
         layout = "out"
-    print(f"[bench] tree width {width}, {layout}-major weights for greedy and phrase "
-          f"(hf and pld run on the weights as loaded)", file=sys.stderr)
+    print(f"[bench] tree width {'picked online, at most ' if width_costs else ''}{width}, {layout}-major weights "
+          f"for greedy and phrase (hf and pld run on the weights as loaded)", file=sys.stderr)
     cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=width,
-                      ignore_eos=args.ignore_eos, layout=layout)
+                      ignore_eos=args.ignore_eos, layout=layout, width_costs=width_costs)
     report = run_bench(target, prompts, cfg, drafter, progress=lambda s: print(f"[bench] {s}", file=sys.stderr))
     report["dataset"] = args.dataset
     report["head"] = info

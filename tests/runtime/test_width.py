@@ -1,0 +1,53 @@
+"""runtime.width: the online width follows what the drafter banks, and never changes the output."""
+from runtime.decode import DecodeConfig, run_to_end, speculative_generate
+from runtime.drafters import AdversarialDrafter, OracleDrafter
+from runtime.width import WidthController
+
+from .test_decode_tiny import hf_greedy, prompts
+
+COSTS = {1: 1.0, 2: 1.1, 3: 1.15, 4: 1.2, 8: 1.5, 16: 1.9}
+
+
+def test_starts_at_the_cap_and_explores_there():
+    c = WidthController(COSTS, cap=8)
+    assert c.widths == [1, 2, 3, 4, 8]
+    assert c.next_width() == 8
+    widths = [c.next_width() for _ in range(19)]
+    assert widths[8] == 8 and widths[18] == 8      # passes 10 and 20 explore
+
+
+def test_nothing_banked_shrinks_to_one():
+    c = WidthController(COSTS, cap=16)
+    for _ in range(20):
+        c.observe([0], c.next_width())
+    assert c.best() == 1
+
+
+def test_deep_acceptance_keeps_the_tree_wide():
+    c = WidthController(COSTS, cap=16)
+    for _ in range(20):
+        c.observe([0, 1, 2, 5, 9, 14], c.next_width())   # 5 drafted tokens, the deepest from node 14
+    assert c.best() == 16
+    assert c.drafted(16) > c.drafted(8) > c.drafted(3) > c.drafted(1) == 0.0
+    assert abs(c.drafted(3) - 2.0) < 0.2 and abs(c.drafted(16) - 5.0) < 1.0
+
+
+def test_only_widths_it_ran_at_learn():
+    c = WidthController(COSTS, cap=16)
+    prior16 = c.drafted(16)
+    for _ in range(10):
+        c.observe([0, 1], 2)
+    assert c.seen[2] == 10 and c.seen[16] == 0 and c.drafted(16) == prior16
+
+
+def test_decode_with_controller_equals_generate(tiny_target):
+    c = WidthController(COSTS, cap=16)
+    for i, ids in enumerate(prompts(k=4, seed=5)):
+        ref = hf_greedy(tiny_target, ids, 40)
+        drafter = OracleDrafter(ids + ref) if i % 2 == 0 else AdversarialDrafter(ids + ref, width=3, depth=2)
+        steps = list(speculative_generate(tiny_target, ids, drafter,
+                                          DecodeConfig(max_new_tokens=40, max_nodes=8, ignore_eos=True), width=c))
+        out, stats = run_to_end(iter(steps))
+        assert out == ref
+        assert max(stats.tree_sizes) <= 8
+    assert sum(c.seen.values()) > 0

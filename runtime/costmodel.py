@@ -93,10 +93,11 @@ def _read(path: Path) -> dict[str, dict[int, float]] | None:
         return None
 
 
-def calibrate(target, cap: int = 16, progress=None) -> VerifyPlan:
-    """The plan to use (width <= cap), from a cached or fresh measurement of this device."""
+def calibrate(target, cap: int = 16, progress=None, refresh: bool = False) -> VerifyPlan:
+    """The plan to use (width <= cap), from a cached or fresh measurement of this device; `refresh`
+    measures again (a measurement taken while the machine was busy would otherwise stick)."""
     path = Path(cache_dir()) / "costmodel" / f"{_key(target)}.json"
-    costs = _read(path)
+    costs = None if refresh else _read(path)
     wanted = [w for w in WIDTHS if w <= max(cap, 1)]
     if not costs or set(costs) != set(LAYOUTS) or any(max(c) < max(wanted) for c in costs.values()):
         if progress:
@@ -105,9 +106,9 @@ def calibrate(target, cap: int = 16, progress=None) -> VerifyPlan:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         base = costs["out"][1]
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "costs": costs,
-                                   "relative_to_out_w1": {lay: {w: round(s / base, 3) for w, s in c.items()}
-                                                          for lay, c in costs.items()}}))
+        relative = {lay: {w: round(s / base, 3) for w, s in c.items()} for lay, c in costs.items()}
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "costs": costs, "relative_to_out_w1": relative,
+                                   "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}))
         tmp.replace(path)
     layout, width = choose(costs, cap)
     return VerifyPlan(width=width, layout=layout, costs=costs)

@@ -22,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", choices=["auto", "out", "in"], default="auto",
                    help="weight layout for greedy and phrase (runtime/layout.py); auto: the measured best "
                         "without --tree-width, as loaded with it")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure the verify cost per width and layout again (run alone; the result is cached)")
     p.add_argument("--target", default=None, help="model (default: the profile's target)")
     p.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
     p.add_argument("--profile", default=None, help="profile name")
@@ -66,7 +68,7 @@ def run(args) -> int:
     if width is None:
         from runtime.costmodel import calibrate
 
-        plan = calibrate(target, 16, lambda s, f: print(f"[bench] {s}", file=sys.stderr))
+        plan = calibrate(target, 16, lambda s, f: print(f"[bench] {s}", file=sys.stderr), refresh=args.recalibrate)
         layout = plan.layout if layout == "auto" else layout
         width, width_costs = 16, tuple(sorted(plan.costs[layout].items()))
         base = plan.costs["out"][1]

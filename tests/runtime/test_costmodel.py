@@ -53,3 +53,5 @@ def test_calibrate_caches_per_machine(tmp_path, monkeypatch):
     f.write_text("{not json")
     calibrate(t, 16)
     assert len(calls) == 6
+    calibrate(t, 16, refresh=True)
+    assert len(calls) == 8 and "measured" in json.loads(f.read_text())

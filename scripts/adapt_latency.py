@@ -1,7 +1,7 @@
 """Chat latency while the adapter works (issue 5): the same answers timed idle, with an adapter cycle
 running in the background thread (as `assistant chat` runs it), and idle again.
 
-A copy of PROFILE (its history must hold answers not yet adapted on) is made under a temporary
+The worker shares the session's target, as `assistant chat` wires it. A copy of PROFILE (its history must hold answers not yet adapted on) is made under a temporary
 ASSISTANT_HOME with its adapter state reset, so the worker has a full cycle to run. Between answers
 the script waits THINK seconds (a user reading), during which the adapter runs; while an answer is
 generated the adapter must yield (adapt.worker: pause() between units of work, nice 10).
@@ -54,6 +54,7 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 64, think: float
     answer(prompts[0])                          # warm-up
     idle1 = phase("idle")
     worker = AdapterWorker("latency", busy=session.busy, watch=False, poll_s=0.5)
+    worker.target = session.target      # as assistant/commands/chat.py does: one model, shared
     worker.start()
     t_wait = time.time()
     while worker.state != "running" and time.time() - t_wait < 60:

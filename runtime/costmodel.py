@@ -93,16 +93,23 @@ def _read(path: Path) -> dict[str, dict[int, float]] | None:
         return None
 
 
+def layouts_for(target) -> tuple[str, ...]:
+    """Layouts worth measuring: both on a CPU (MKL repacks [out, in] weights); on a GPU the BLAS reads
+    either layout without a copy, and a re-stride would briefly need one more weight of device memory."""
+    return LAYOUTS if target.device.type == "cpu" else ("out",)
+
+
 def calibrate(target, cap: int = 16, progress=None, refresh: bool = False) -> VerifyPlan:
     """The plan to use (width <= cap), from a cached or fresh measurement of this device; `refresh`
     measures again (a measurement taken while the machine was busy would otherwise stick)."""
     path = Path(cache_dir()) / "costmodel" / f"{_key(target)}.json"
     costs = None if refresh else _read(path)
     wanted = [w for w in WIDTHS if w <= max(cap, 1)]
-    if not costs or set(costs) != set(LAYOUTS) or any(max(c) < max(wanted) for c in costs.values()):
+    layouts = layouts_for(target)
+    if not costs or set(costs) != set(layouts) or any(max(c) < max(wanted) for c in costs.values()):
         if progress:
             progress("measuring verify cost per tree width and weight layout (once per machine)", None)
-        costs = {lay: verify_costs(target, wanted, lay) for lay in LAYOUTS}
+        costs = {lay: verify_costs(target, wanted, lay) for lay in layouts}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         base = costs["out"][1]

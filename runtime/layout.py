@@ -6,7 +6,8 @@ transformers loads ([out, in] contiguous); "in" stores the same values [in, out]
 contiguous, with `weight` an [out, in] view of it, so `F.linear` runs `x @ W^T` on a
 contiguous matrix. Values, shapes, parameter identity and weight tying (SmolLM2's
 embedding is its output layer) are unchanged, the modeling code is untouched, and
-memory is the same (one weight at a time is copied). `layout_of(model)` reads it back.
+memory is the same (one weight at a time is copied; the other CPU tensors are copied
+too, so the memory-mapped checkpoint is released). `layout_of(model)` reads it back.
 
 Why: on an x86 CPU in fp32, MKL's sgemm repacks an [out, in] weight on every call
 with 4 or more rows, so a 16-node tree verify cost x3.0 a 1-row forward on SmolLM2-
@@ -41,12 +42,42 @@ def set_layout(model, layout: str) -> int:
     if layout not in LAYOUTS:
         raise ValueError(f"unknown weight layout {layout!r}: choose {' or '.join(LAYOUTS)}")
     changed = 0
+    done: set[int] = set()
     for w in _weights(model):
+        done.add(id(w))
         if _is_in(w) == (layout == "in"):
             continue
         w.data = w.data.t().contiguous().t() if layout == "in" else w.data.contiguous()
         changed += 1
+    if changed:
+        _own_cpu_storage(model, done)
+        _return_freed_memory()
     return changed
+
+
+def _return_freed_memory() -> None:
+    """Give the freed old copies back to the OS. Most weights are under glibc's mmap threshold, so
+    their old copies stay in the heap as free space that still counts as RSS (measured: bf16 SmolLM2
+    649 -> 832 MB after a re-stride, 631 MB after malloc_trim)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        name = ctypes.util.find_library("c")
+        if name:
+            ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):   # not glibc
+        pass
+
+
+def _own_cpu_storage(model, skip: set[int]) -> None:
+    """Copy the other CPU tensors too. transformers maps the checkpoint file into memory and every
+    tensor is a view of that one mapping: while a single norm weight still points into it, the whole
+    file stays resident next to the re-strided copies (measured: 900 -> 1,394 MB RSS for SmolLM2 fp32;
+    880 MB once every tensor was copied)."""
+    for t in list(model.parameters()) + list(model.buffers()):
+        if id(t) not in skip and t.device.type == "cpu":
+            t.data = t.data.clone()
 
 
 def layout_of(model) -> str:

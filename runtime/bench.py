@@ -87,6 +87,11 @@ def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter,
     return toks, [], stats
 
 
+def _layout_for(method: str, cfg: BenchConfig) -> str:
+    """hf and pld run on the weights as loaded; our loops on the configured layout."""
+    return "out" if method in ("hf", "pld") else cfg.layout
+
+
 def first_divergence(ref: Sequence[int], out: Sequence[int]) -> int | None:
     for i, (a, b) in enumerate(zip(ref, out)):
         if a != b:
@@ -108,13 +113,13 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
         warm = target.encode_chat([{"role": "user", "content": "Hi"}])
         warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width, layout=cfg.layout)
         for m in cfg.methods:
-            set_layout(target.model, "out" if m in ("hf", "pld") else cfg.layout)
+            set_layout(target.model, _layout_for(m, cfg))
             _run_one(m, target, warm, warm_cfg, drafter)
         for pi, p in enumerate(prompts):
             ids = target.encode_chat([{"role": "user", "content": p["prompt"]}])
             ref, margins = None, []
             for m in cfg.methods:
-                set_layout(target.model, "out" if m in ("hf", "pld") else cfg.layout)
+                set_layout(target.model, _layout_for(m, cfg))
                 counter.n = 0
                 t0 = time.perf_counter()
                 toks, mg, stats = _run_one(m, target, ids, cfg, drafter, width if m == "phrase" else None)

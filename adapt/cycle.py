@@ -84,7 +84,9 @@ class CycleConfig:
     margin: float = 0.03              # allowed relative drop of anchor tokens/pass
     top_k: int = 6
     max_nodes: int | None = None      # None: the runtime width on this device (auto, <= tree_width)
-    feature_batch: int = 4
+    feature_batch: int = 1            # answers per prefill, and
+    feature_chunk: int | None = 128   # tokens per piece of it: pause() runs between pieces, so a chat answer
+                                      # that starts meanwhile waits for at most one piece (~0.1 s on 2 cores)
     half_life_s: float = 7 * 24 * 3600.0
     seed: int = 0
 
@@ -116,6 +118,25 @@ def _count(state: dict, key: str) -> int:
 
 
 # ---------------------------------------------------------------- helpers
+class _Paced(Sequence):
+    """A list whose iteration calls pause() before every item, so the pure-Python passes over answers
+    (mining, usage, the chain table) yield to the chat between answers instead of between stages."""
+
+    def __init__(self, items: Sequence, pause: Callable[[], None]):
+        self.items, self.pause = items, pause
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __iter__(self):
+        for x in self.items:
+            self.pause()
+            yield x
+
+
 _TABLES: dict[int, tuple[Any, Any]] = {}
 
 
@@ -167,7 +188,8 @@ def _features(target, answers, layers, config, pause):
     step = max(1, config.feature_batch)
     for b in range(0, len(answers), step):
         pause()
-        f = collect_features(target, answers[b:b + step], layers, batch_size=step, progress=quiet)
+        f = collect_features(target, answers[b:b + step], layers, batch_size=step, progress=quiet,
+                             chunk=config.feature_chunk, pause=pause)
         parts.append(Features(f.feats, f.roots, f.seq + b, f.pos, f.layers))
     if not parts:
         return collect_features(target, [], layers, progress=quiet)
@@ -317,12 +339,12 @@ def _runtime_width(target, cap: int) -> int:
     return calibrate(target, cap).width
 
 
-def _tpp(drafter, answers, feats, max_nodes) -> float | None:
+def _tpp(drafter, answers, feats, max_nodes, pause) -> float | None:
     from adapt.evaluate import simulate_decode
 
     if not answers:
         return None
-    return round(simulate_decode(drafter, answers, feats, max_nodes)["tokens_per_pass"], 4)
+    return round(simulate_decode(drafter, answers, feats, max_nodes, pause=pause)["tokens_per_pass"], 4)
 
 
 # ---------------------------------------------------------------- the cycle
@@ -422,9 +444,9 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     old_chain = orig_chain
     head, vocab = copy.deepcopy(old_head), copy.deepcopy(old_vocab)
     budget = profile.config.row_budget
-    seqs_new = [a.answer_ids for a in ans_train]
+    seqs_new = _Paced([a.answer_ids for a in ans_train], pause)
     observe_usage(vocab, seqs_new, now)
-    seqs_window = replay.sequences()
+    seqs_window = _Paced(replay.sequences(), pause)
     pause()
     mined = mine(seqs_window, table, config.max_new_rows, existing=vocab,
                  config=MineConfig(max_words=config.mine_max_words))
@@ -466,11 +488,11 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     in_sample = not ans_eval
     ev_answers, ev_feats = (ans_eval, f_eval) if ans_eval else (ans_train, f_train)
     pause()
-    user_before = _tpp(before_d, ev_answers, ev_feats, max_nodes)
-    user_after = _tpp(after_d, ev_answers, ev_feats, max_nodes)
+    user_before = _tpp(before_d, ev_answers, ev_feats, max_nodes, pause)
+    user_after = _tpp(after_d, ev_answers, ev_feats, max_nodes, pause)
     pause()
-    anchor_before = _tpp(before_d, anchor_answers, anchor_feats, max_nodes) if anchor_feats is not None else None
-    anchor_after = _tpp(after_d, anchor_answers, anchor_feats, max_nodes) if anchor_feats is not None else None
+    anchor_before = _tpp(before_d, anchor_answers, anchor_feats, max_nodes, pause) if anchor_feats is not None else None
+    anchor_after = _tpp(after_d, anchor_answers, anchor_feats, max_nodes, pause) if anchor_feats is not None else None
     reasons = []
     if anchor_before is not None and anchor_after < anchor_before * (1 - config.margin):
         reasons.append(f"anchor tokens/pass fell {anchor_before} -> {anchor_after} "

@@ -9,11 +9,12 @@ accepted run is the longest tree path equal to the reference, plus the bonus.
 Because the decode loop keeps exactly the target's greedy tokens, this equals the
 real loop's tokens per pass up to floating-point differences between a prefill
 and a tree forward. Returns {"tokens_per_pass", "passes", "tokens", "hist"}.
+`pause()`, when given, is called before every pass (a background adapter yields there).
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -24,7 +25,7 @@ from runtime.tree import build_tree
 
 
 def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_nodes: int = 16,
-                    hidden: int | None = None) -> dict:
+                    hidden: int | None = None, pause: Callable[[], None] | None = None) -> dict:
     layers = tuple(getattr(drafter, "feature_layers", (-1,)))
     hidden = hidden or features.feats.shape[1] // len(features.layers)
     x = features.select_layers(layers, hidden)
@@ -40,6 +41,8 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
         tokens += n
         i = 0
         while i < n - 1:
+            if pause is not None:
+                pause()
             f = x[where[(ai, i)]].reshape(len(layers), hidden)
             ctx = DraftContext(ids=a.prompt_ids + ref[: i + 1], root=ref[i], features=f, max_nodes=max_nodes)
             tree = build_tree(ref[i], drafter.propose(ctx), max_nodes)

@@ -7,7 +7,9 @@ invisible to real positions) and returns `Features`: for every answer position t
 requested layers, concatenated, [N, L*H], the target's dtype) of the position
 that PREDICTED a_t, i.e. the last prompt token for t = 0; `roots[k]` = a_t;
 `seq[k]`, `pos[k]` = which answer and which t. Only positions that have at least
-one token after the root are kept. `save`/`load` use safetensors.
+one token after the root are kept. With `chunk`, each batch is prefilled `chunk`
+tokens at a time on a KV cache, calling `pause()` between pieces (a background
+adapter yields there). `save`/`load` use safetensors.
 """
 from __future__ import annotations
 
@@ -53,9 +55,34 @@ class Features:
         return cls(t["feats"], t["roots"], t["seq"], t["pos"], layers), md
 
 
+def _hidden_states(model, ids: torch.Tensor, layers: tuple[int, ...], chunk: int | None,
+                   pause: Callable[[], None] | None) -> torch.Tensor:
+    """[B, T, L*H] hidden states of `ids` [B, T]; with `chunk`, a prefill of `chunk` tokens at a time on
+    a KV cache with pause() between the pieces (the same states up to rounding; a background adapter
+    then never holds the CPU for a whole long answer). Only one position's logits are computed."""
+    from transformers import DynamicCache
+
+    T = ids.shape[1]
+    if chunk is None or T <= chunk:
+        hs = model(input_ids=ids, output_hidden_states=True, use_cache=False, logits_to_keep=1).hidden_states
+        return torch.cat([hs[l] for l in layers], dim=-1)
+    cache = DynamicCache(config=model.config)
+    parts = []
+    for start in range(0, T, chunk):
+        if start and pause is not None:
+            pause()
+        part = ids[:, start:start + chunk]
+        pos = torch.arange(start, start + part.shape[1], device=ids.device)[None].expand(part.shape[0], -1)
+        hs = model(input_ids=part, cache=cache, position_ids=pos, use_cache=True, logits_to_keep=1,
+                   output_hidden_states=True).hidden_states
+        parts.append(torch.cat([hs[l] for l in layers], dim=-1))
+    return torch.cat(parts, dim=1)
+
+
 @torch.inference_mode()
 def collect_features(target, answers: Sequence[Answer], layers: Sequence[int] = (-1,), batch_size: int = 8,
-                     progress: Callable[[str, int, int], None] = print_progress) -> Features:
+                     progress: Callable[[str, int, int], None] = print_progress, chunk: int | None = None,
+                     pause: Callable[[], None] | None = None) -> Features:
     model = target.model
     layers = tuple(layers)
     order = sorted(range(len(answers)), key=lambda i: len(answers[i].prompt_ids) + len(answers[i].answer_ids))
@@ -65,8 +92,7 @@ def collect_features(target, answers: Sequence[Answer], layers: Sequence[int] = 
         seqs = [answers[i].prompt_ids + answers[i].answer_ids for i in idx]
         width = max(len(s) for s in seqs)
         ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=model.device)
-        hs = model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states
-        stack = torch.cat([hs[l] for l in layers], dim=-1)   # [B, T, L*H]
+        stack = _hidden_states(model, ids, layers, chunk, pause)   # [B, T, L*H]
         for j, i in enumerate(idx):
             a = answers[i]
             P, n = len(a.prompt_ids), len(a.answer_ids)

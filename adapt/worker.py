@@ -19,6 +19,8 @@ Contract: `AdapterWorker(profile_name, target=None, busy=None, ...)`:
 - Failures never reach the chat: an exception in a cycle is logged, recorded as
   state.last_error and retried after a back-off. Killing the worker at any point
   is safe: the head publish is atomic and the state is written after it.
+- `state` says what the loop does (idle | waiting | running | failed | stopped), `stage`
+  which stage of adapt.cycle a running cycle is in (None between cycles).
 - `on_publish(version, path)` is called after a new head was published (the
   session swaps it in between answers: `Session.maybe_reload_head(path)`).
 `generating(profile_path, busy)` is the context manager a session wraps around
@@ -123,6 +125,7 @@ class AdapterWorker:
         self.last_attempt: float | None = None
         self.pending_head: Path | None = None   # the newest published head, for the session to swap in
         self.state = "idle"         # idle | waiting | running | failed | stopped
+        self.stage: str | None = None   # the running cycle's stage (adapt.cycle on_stage), None between cycles
         self.started_at = time.time()   # a profile that never adapted waits interval_s from here
 
     # -- wiring ------------------------------------------------------------
@@ -228,7 +231,8 @@ class AdapterWorker:
             fn = self.cycle_fn
             if fn is None:
                 from adapt.cycle import run_cycle as fn
-            report = fn(prof, target=self.target, config=self.config, pause=lambda: self.pause(prof.path))
+            report = fn(prof, target=self.target, config=self.config, pause=lambda: self.pause(prof.path),
+                        on_stage=lambda name: setattr(self, "stage", name))
             self.reports.append(report)
             self.errors.clear()
             self.state = "idle"
@@ -250,6 +254,7 @@ class AdapterWorker:
             self._fail(f"{type(e).__name__}: {e}", prof)
             return None
         finally:
+            self.stage = None
             if prof is not None:
                 prof.close()
 

@@ -1,11 +1,15 @@
 """Chat latency while the adapter works (issue 5): the same answers timed idle, with an adapter cycle
 running in the background thread (as `assistant chat` runs it), and idle again.
 
-The worker shares the session's target, as `assistant chat` wires it. A copy of PROFILE (its history must hold answers not yet adapted on) is made under a temporary
-ASSISTANT_HOME with its adapter state reset, so the worker has a full cycle to run. Between answers
-the script waits THINK seconds (a user reading), during which the adapter runs; while an answer is
-generated the adapter must yield (adapt.worker: pause() between units of work, nice 10).
-usage: python scripts/adapt_latency.py PROFILE_DIR PROMPTS.jsonl [N] [TOKENS] [THINK]   (run it alone)
+A copy of PROFILE (its history must hold accepted answers) is made under a temporary ASSISTANT_HOME
+with its adapter state reset and the cursor set so that only the last PENDING answers are new: the
+worker then has one whole cycle (features, grow, fine-tune, check, publish) to run. The worker shares
+the session's target, as assistant/commands/chat.py wires it. Between answers the script waits THINK
+seconds (a user reading), during which the adapter runs; while an answer is generated the adapter must
+yield (adapt.worker: pause() between units of work, nice 10). The adapting phase goes on until the
+cycle ends (at most MAX answers), so every stage is measured; idle phases have N answers each.
+usage: python scripts/adapt_latency.py PROFILE_DIR PROMPTS.jsonl [N] [TOKENS] [THINK] [PENDING] [MAX]
+(run it alone: the measurement is wall time on a shared CPU)
 """
 from __future__ import annotations
 
@@ -16,12 +20,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 
 
-def main(src: str, prompts_path: str, n: int = 6, tokens: int = 64, think: float = 2.0) -> None:
+def main(src: str, prompts_path: str, n: int = 6, tokens: int = 48, think: float = 3.0, pending: int = 30,
+         max_answers: int = 200) -> None:
     home = tempfile.mkdtemp(prefix="adapt-latency-")
     os.environ["ASSISTANT_HOME"] = home
-    from adapt.worker import AdapterWorker
+    from adapt.cycle import write_state
+    from adapt.worker import AdapterWorker, pending_answers
     from assistant.session import Session
     from profiles import Profile
     from runtime.jsonl import read_prompts
@@ -30,53 +37,74 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 64, think: float
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", "replay.safetensors", "state.json",
                                                               "vocab_log.jsonl", ".lock", "generating"))
     prof = Profile.open("latency", create=False)
+    ids = [r[0] for r in prof.history._read("SELECT id FROM messages WHERE accepted = 1 AND role = 'assistant' "
+                                            "ORDER BY id")]
+    write_state(prof.path, {"last_msg_id": ids[-pending - 1] if len(ids) > pending else 0})
+    print(f"[latency] {pending_answers(prof)} answers pending", file=sys.stderr, flush=True)
     session = Session.from_profile(prof, dtype="fp32")
     session.load(progress=lambda *a: None)
-    prompts, _ = read_prompts(prompts_path, n, 0)
+    prompts, _ = read_prompts(prompts_path, max(n, 1), 0)
 
-    def answer(p: dict) -> tuple[float, int]:
+    def answer(i: int) -> float:
         t0 = time.perf_counter()
-        k = sum(len(s.tokens) for s in session.answer([{"role": "user", "content": p["prompt"]}],
+        k = sum(len(s.tokens) for s in session.answer([{"role": "user", "content": prompts[i % len(prompts)]["prompt"]}],
                                                       max_new_tokens=tokens))
-        return time.perf_counter() - t0, k
+        return (time.perf_counter() - t0) / max(k, 1)
 
-    def phase(name: str, worker=None) -> list[float]:
+    def idle_phase(name: str) -> list[float]:
         out = []
-        for i, p in enumerate(prompts):
+        for i in range(n):
             time.sleep(think)
-            s, k = answer(p)
-            out.append(s / max(k, 1))
-            state = f", adapter {worker.state}" if worker else ""
-            print(f"[latency] {name} {i + 1}/{len(prompts)}: {k} tokens, {1000 * s / max(k, 1):.1f} ms/token{state}",
-                  file=sys.stderr, flush=True)
+            out.append(answer(i))
+            print(f"[latency] {name} {i + 1}/{n}: {1000 * out[-1]:.1f} ms/token", file=sys.stderr, flush=True)
         return out
 
-    answer(prompts[0])                          # warm-up
-    idle1 = phase("idle")
+    answer(0)                                   # warm-up
+    idle1 = idle_phase("idle")
     worker = AdapterWorker("latency", busy=session.busy, watch=False, poll_s=0.5)
-    worker.target = session.target      # as assistant/commands/chat.py does: one model, shared
+    worker.target = session.target              # as assistant/commands/chat.py does: one model, shared
+    t_cycle = time.time()
     worker.start()
-    t_wait = time.time()
-    while worker.state != "running" and time.time() - t_wait < 60:
+    while worker.state != "running" and time.time() - t_cycle < 60:
         time.sleep(0.1)
-    time.sleep(think)
-    active = phase("adapting", worker)
-    still_running = worker.state in ("running", "waiting")
+    active: list[tuple[str, float, int]] = []   # (stage when the answer started, s/token, prompt index)
+    i = 0
+    while not worker.reports and worker.state != "failed" and len(active) < max_answers:
+        time.sleep(think)
+        stage = worker.stage or worker.state
+        active.append((stage, answer(i), i % n))
+        print(f"[latency] adapting {len(active)}: {1000 * active[-1][1]:.1f} ms/token, stage {stage}",
+              file=sys.stderr, flush=True)
+        i += 1
+    cycle_s = time.time() - t_cycle
+    report = worker.reports[-1] if worker.reports else {"status": worker.state, "errors": worker.errors}
     worker.stop(timeout=None)
-    idle2 = phase("idle")
-    idle = statistics.median(idle1 + idle2)
-    act = statistics.median(active)
-    print(json.dumps({"answers": len(prompts), "tokens": tokens, "think_s": think,
-                      "ms_per_token": {"idle": round(1000 * idle, 2), "adapting": round(1000 * act, 2)},
-                      "adapting_over_idle": round(act / idle, 3),
-                      "cycle_still_running_after_active_phase": still_running,
-                      "per_answer_ms_per_token": {"idle_before": [round(1000 * x, 1) for x in idle1],
-                                                  "adapting": [round(1000 * x, 1) for x in active],
-                                                  "idle_after": [round(1000 * x, 1) for x in idle2]}}, indent=1))
+    idle2 = idle_phase("idle")
+    # the same prompt idle vs adapting: ratio per answer, so long and short prompts weigh alike
+    base = {j: statistics.median([idle1[j], idle2[j]]) for j in range(n)}
+    ratios = [s / base[j] for _, s, j in active]
+    by_stage = defaultdict(list)
+    for (stage, _, _), r in zip(active, ratios):
+        by_stage[stage].append(r)
+    print(json.dumps({
+        "answers_idle": 2 * n, "answers_adapting": len(active), "tokens": tokens, "think_s": think,
+        "pending_answers": pending, "cycle": {"status": report.get("status"), "seconds": round(cycle_s, 1)},
+        "ms_per_token": {"idle_median": round(1000 * statistics.median(idle1 + idle2), 1),
+                         "adapting_median": round(1000 * statistics.median(s for _, s, _ in active), 1)
+                         if active else None},
+        "adapting_over_idle": {"median": round(statistics.median(ratios), 3) if ratios else None,
+                               "mean": round(statistics.mean(ratios), 3) if ratios else None,
+                               "max": round(max(ratios), 3) if ratios else None},
+        "by_stage": {k: {"answers": len(v), "median": round(statistics.median(v), 3), "max": round(max(v), 3)}
+                     for k, v in by_stage.items()},
+        "idle_spread": round(max(a / b for a, b in zip(idle1, idle2)) if n else 0, 3),
+        "per_answer_ms_per_token": {"idle_before": [round(1000 * x, 1) for x in idle1],
+                                    "adapting": [[st, round(1000 * x, 1)] for st, x, _ in active],
+                                    "idle_after": [round(1000 * x, 1) for x in idle2]}}, indent=1))
     shutil.rmtree(home, ignore_errors=True)
     os._exit(0)   # the adapter thread may still be inside torch (see assistant/commands/chat.py)
 
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    main(a[0], a[1], *(int(x) for x in a[2:4]), *(float(x) for x in a[4:5]))
+    main(a[0], a[1], *(int(x) for x in a[2:4]), *(float(x) for x in a[4:5]), *(int(x) for x in a[5:7]))

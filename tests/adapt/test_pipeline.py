@@ -55,6 +55,22 @@ def test_features_are_the_predicting_positions(tiny_llama, tmp_path):
     assert g.layers == (-1, 1) and torch.equal(g.feats, f.feats)
 
 
+def test_chunked_features_equal_one_prefill_and_pause_between_pieces(tiny_llama, tmp_path):
+    out = tmp_path / "a.jsonl"
+    distill(tiny_llama, PROMPTS[:4], out, DistillConfig(batch_size=4, max_new_tokens=12), progress=quiet)
+    answers = load_answers(out)
+    whole = collect_features(tiny_llama, answers, layers=(-1, 1), batch_size=2, progress=quiet)
+    calls = []
+    pieces = collect_features(tiny_llama, answers, layers=(-1, 1), batch_size=1, progress=quiet, chunk=5,
+                              pause=lambda: calls.append(1))
+    order = lambda f: torch.argsort(f.seq * 1000 + f.pos)  # noqa: E731
+    a, b = order(whole), order(pieces)
+    assert torch.equal(whole.seq[a], pieces.seq[b]) and torch.equal(whole.roots[a], pieces.roots[b])
+    assert torch.allclose(whole.feats[a], pieces.feats[b], atol=1e-5)
+    lengths = [len(x.prompt_ids) + len(x.answer_ids) for x in answers]
+    assert len(calls) == sum((n - 1) // 5 for n in lengths)      # between pieces, not before the first
+
+
 def test_train_write_load_and_simulation_matches_decode(tiny_llama, table, tmp_path):
     out = tmp_path / "a.jsonl"
     distill(tiny_llama, PROMPTS, out, DistillConfig(batch_size=6, max_new_tokens=24), progress=quiet)

@@ -51,7 +51,7 @@ def test_history_write_wakes_worker_and_failures_do_not_escape(home):
     p.update_config(adapter_min_new_answers=2)
     calls = []
 
-    def cycle(prof, target=None, config=None, pause=None):
+    def cycle(prof, target=None, config=None, pause=None, on_stage=None):
         calls.append(time.time())
         if len(calls) == 1:
             raise RuntimeError("boom")                     # the chat must not see this
@@ -100,7 +100,7 @@ def test_yields_while_an_answer_is_generated(home):
     busy = threading.Event()
     seen_busy = []
 
-    def cycle(prof, target=None, config=None, pause=None):
+    def cycle(prof, target=None, config=None, pause=None, on_stage=None):
         for _ in range(200):
             pause()
             seen_busy.append(busy.is_set())

@@ -43,11 +43,12 @@ class _BrokenSession:
         raise self._error
 
 
-def _adapter_source(profile: Any, session: Any = None) -> Any:
+def _adapter_source(profile: Any, session: Any = None, worker: Any = None) -> Any:
     """The adapter panel's data source (tui.protocol.AdapterStatusSource).
 
-    `adapt.status.status(profile)` is the same data as `assistant adapt --status`; a cycle
-    run from the panel reuses the session's loaded target instead of loading a second copy.
+    `adapt.status.status(profile)` is the same data as `assistant adapt --status`, led by what the
+    background worker is doing (state, and the stage of a running cycle); a cycle run from the panel
+    reuses the session's loaded target instead of loading a second copy.
     """
     from adapt.status import run_once, status
     from tui.protocol import AdapterHooks
@@ -55,7 +56,14 @@ def _adapter_source(profile: Any, session: Any = None) -> Any:
     def run_now() -> Any:
         return run_once(profile, target=getattr(session, "target", None))
 
-    return AdapterHooks(lambda: status(profile), run_now)
+    def current() -> dict[str, Any]:
+        st = status(profile)
+        if worker is None:
+            return st
+        doing = worker.state + (f" ({worker.stage})" if worker.stage else "")
+        return {"worker": doing, **st}
+
+    return AdapterHooks(current, run_now)
 
 
 def _start_adapter(profile: Any, session: Any) -> Any:
@@ -99,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         history = MemoryHistory()
 
     worker = _start_adapter(profile, session)
-    app = ChatApp(session, history=history, adapter=_adapter_source(profile, session),
+    app = ChatApp(session, history=history, adapter=_adapter_source(profile, session, worker),
                   memory_budget=cfg.memory_budget, profile_name=profile.name,
                   log_path=profile.path / "chat.log", startup_errors=startup_errors)
     code = app.run() or 0

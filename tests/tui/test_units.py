@@ -121,3 +121,19 @@ def test_chat_command_is_registered() -> None:
 
     args = build_parser().parse_args(["chat", "--profile", "work"])
     assert args.func is chat.run and args.profile == "work"
+
+
+def test_adapter_panel_leads_with_what_the_worker_does(tmp_path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from assistant.commands.chat import _adapter_source
+    from profiles import Profile
+
+    monkeypatch.setenv("ASSISTANT_HOME", str(tmp_path))
+    prof = Profile.open("panel")
+    worker = SimpleNamespace(state="running", stage="features")
+    st = _adapter_source(prof, None, worker).status()
+    assert list(st)[0] == "worker" and st["worker"] == "running (features)" and st["profile"] == "panel"
+    worker.state, worker.stage = "idle", None
+    assert _adapter_source(prof, None, worker).status()["worker"] == "idle"
+    assert "worker" not in _adapter_source(prof).status()

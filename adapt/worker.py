@@ -12,6 +12,8 @@ Contract: `AdapterWorker(profile_name, target=None, busy=None, ...)`:
   runs when `enabled` is false; a cycle runs when at least `min_new_answers`
   accepted answers are pending, or when some are pending and `interval_s` passed
   since the last cycle (or, for a profile that never adapted, since start()).
+- Threads: the loop's thread runs torch on `threads` intra-op threads (default 1; None:
+  as the process, for `assistant adapt --watch`), see `limit_torch_threads`.
 - Yielding: `pause()` (called by adapt.cycle between units of work) blocks while
   an answer is being generated: the `busy` Event is set (same process) or the
   profile's adapter/generating marker names a live process and is fresh (another
@@ -41,6 +43,25 @@ from adapt.cycle import (BUSY_FILE, AdapterBusy, CycleCancelled, CycleConfig, ad
 
 log = logging.getLogger("adapt.worker")
 BUSY_FRESH_S = 600.0      # a marker older than this is from a process that died mid-answer
+
+
+def limit_torch_threads(n: int) -> None:
+    """Run this thread's torch CPU ops on `n` intra-op threads, leaving every other thread as it was.
+
+    A second thread that runs torch ops on all cores keeps its own OpenMP team alive, and the chat's
+    answers then ran 15-30% slower even while that thread slept (scripts/adapt_latency.py,
+    BENCHMARKS.md). torch.set_num_threads sets the calling thread's OpenMP/MKL count but also the
+    default that threads which have not run a parallel op yet pick up (the chat answers in fresh
+    threads), so the default is put back from a throwaway thread afterwards."""
+    import torch
+
+    default = torch.get_num_threads()      # also initialises this thread's count, so the next call sticks
+    if n >= default:
+        return
+    torch.set_num_threads(max(1, n))
+    restore = threading.Thread(target=torch.set_num_threads, args=(default,), name="torch-threads")
+    restore.start()
+    restore.join()
 
 
 def _alive(pid: int) -> bool:
@@ -108,7 +129,8 @@ class AdapterWorker:
     def __init__(self, profile_name: str | None = None, target: Any = None, busy: threading.Event | None = None,
                  config: CycleConfig = CycleConfig(), watch: bool = True, nice: int = 10, poll_s: float = 30.0,
                  backoff_s: float = 60.0, on_publish: Callable[[str, Path], None] | None = None,
-                 on_report: Callable[[dict], None] | None = None, cycle_fn: Callable | None = None):
+                 on_report: Callable[[dict], None] | None = None, cycle_fn: Callable | None = None,
+                 threads: int | None = 1):
         self.profile_name = profile_name
         self.target = target
         self.busy = busy if busy is not None else threading.Event()
@@ -116,6 +138,7 @@ class AdapterWorker:
         self.watch, self.nice, self.poll_s, self.backoff_s = watch, nice, poll_s, backoff_s
         self.on_publish, self.on_report = on_publish, on_report
         self.cycle_fn = cycle_fn
+        self.threads = threads      # torch threads of the loop's thread (None: as the process)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -187,7 +210,7 @@ class AdapterWorker:
             if not (self.busy.is_set() or (profile_path is not None and marker_busy(profile_path))):
                 return
             self.state = "waiting"
-            time.sleep(0.02)
+            time.sleep(0.1)     # each wake-up takes the GIL from the answering thread: poll gently
 
     # -- the loop ----------------------------------------------------------------
     def run_forever(self) -> None:
@@ -196,6 +219,8 @@ class AdapterWorker:
                 os.nice(self.nice)
             except OSError:
                 pass
+        if self.threads is not None:
+            limit_torch_threads(self.threads)
         try:
             prof = self._profile()
             if self.watch:
@@ -270,4 +295,4 @@ class AdapterWorker:
                 pass
 
 
-__all__ = ["AdapterWorker", "generating", "is_due", "marker_busy", "pending_answers"]
+__all__ = ["AdapterWorker", "generating", "is_due", "limit_torch_threads", "marker_busy", "pending_answers"]

@@ -8,6 +8,10 @@ the session's target, as assistant/commands/chat.py wires it. Between answers th
 seconds (a user reading), during which the adapter runs; while an answer is generated the adapter must
 yield (adapt.worker: pause() between units of work, nice 10). The adapting phase goes on until the
 cycle ends (at most MAX answers), so every stage is measured; idle phases have N answers each.
+Paired design (this CPU is shared and drifts by 30% between minutes): in the adapting phase every
+prompt is answered twice in a row, once after a think time in which the adapter worked ("adapting")
+and once after a think time in which it was held (`busy` set: the control); the figure is the median
+over pairs of adapting / control, so drift hits both sides alike.
 usage: python scripts/adapt_latency.py PROFILE_DIR PROMPTS.jsonl [N] [TOKENS] [THINK] [PENDING] [MAX]
 (run it alone: the measurement is wall time on a shared CPU)
 """
@@ -68,21 +72,25 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 48, think: float
     while worker.state != "running" and time.time() - t_cycle < 60:
         time.sleep(0.1)
     active: list[tuple[str, float, int]] = []   # (stage when the answer started, s/token, prompt index)
+    control: list[float] = []                   # the same prompt right after, the adapter held meanwhile
     i = 0
     while not worker.reports and worker.state != "failed" and len(active) < max_answers:
         time.sleep(think)
         stage = worker.stage or worker.state
         active.append((stage, answer(i), i % n))
-        print(f"[latency] adapting {len(active)}: {1000 * active[-1][1]:.1f} ms/token, stage {stage}",
-              file=sys.stderr, flush=True)
+        session.busy.set()                      # hold the adapter through the control's think time;
+        time.sleep(think)
+        control.append(answer(i))              # the answer's own busy mark ends with it and frees the worker
+        print(f"[latency] pair {len(active)}: adapting {1000 * active[-1][1]:.1f} / held "
+              f"{1000 * control[-1]:.1f} ms/token, stage {stage}", file=sys.stderr, flush=True)
         i += 1
     cycle_s = time.time() - t_cycle
     report = worker.reports[-1] if worker.reports else {"status": worker.state, "errors": worker.errors}
     worker.stop(timeout=None)
     idle2 = idle_phase("idle")
-    # the same prompt idle vs adapting: ratio per answer, so long and short prompts weigh alike
+    ratios = [s / c for (_, s, _), c in zip(active, control)]
     base = {j: statistics.median([idle1[j], idle2[j]]) for j in range(n)}
-    ratios = [s / base[j] for _, s, j in active]
+    vs_idle = [s / base[j] for _, s, j in active]
     by_stage = defaultdict(list)
     for (stage, _, _), r in zip(active, ratios):
         by_stage[stage].append(r)
@@ -92,14 +100,18 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 48, think: float
         "ms_per_token": {"idle_median": round(1000 * statistics.median(idle1 + idle2), 1),
                          "adapting_median": round(1000 * statistics.median(s for _, s, _ in active), 1)
                          if active else None},
-        "adapting_over_idle": {"median": round(statistics.median(ratios), 3) if ratios else None,
+        "adapting_over_held": {"median": round(statistics.median(ratios), 3) if ratios else None,
                                "mean": round(statistics.mean(ratios), 3) if ratios else None,
                                "max": round(max(ratios), 3) if ratios else None},
+        "adapting_over_idle_phases": round(statistics.median(vs_idle), 3) if vs_idle else None,
+        "held_over_idle_phases": round(statistics.median(c / base[j] for c, (_, _, j) in zip(control, active)), 3)
+        if control else None,
         "by_stage": {k: {"answers": len(v), "median": round(statistics.median(v), 3), "max": round(max(v), 3)}
                      for k, v in by_stage.items()},
         "idle_spread": round(max(a / b for a, b in zip(idle1, idle2)) if n else 0, 3),
         "per_answer_ms_per_token": {"idle_before": [round(1000 * x, 1) for x in idle1],
-                                    "adapting": [[st, round(1000 * x, 1)] for st, x, _ in active],
+                                    "pairs": [[st, round(1000 * x, 1), round(1000 * c, 1)]
+                                              for (st, x, _), c in zip(active, control)],
                                     "idle_after": [round(1000 * x, 1) for x in idle2]}}, indent=1))
     shutil.rmtree(home, ignore_errors=True)
     os._exit(0)   # the adapter thread may still be inside torch (see assistant/commands/chat.py)

@@ -108,7 +108,7 @@ def _watch(profile, args) -> int:
     name = profile.name
     profile.close()
     print(f"[adapt] watching profile {name} (Ctrl-C stops)", file=sys.stderr, flush=True)
-    w = AdapterWorker(name, config=CycleConfig(dtype=args.dtype), on_report=show)
+    w = AdapterWorker(name, config=CycleConfig(dtype=args.dtype), on_report=show, threads=None)
     try:
         w.run_forever()
     except KeyboardInterrupt:

@@ -170,3 +170,25 @@ def test_killed_mid_cycle_leaves_profile_usable(adapt_profile, tiny_llama, stage
     buf = ReplayBuffer.open(p.path / "adapter" / "replay.safetensors")
     pairs = list(zip(buf.msg.tolist(), buf.pos.tolist()))
     assert len(pairs) == len(set(pairs))
+
+
+def test_limit_torch_threads_changes_only_the_calling_thread():
+    import torch
+
+    from adapt.worker import limit_torch_threads
+
+    default = torch.get_num_threads()
+    seen = {}
+
+    def worker():
+        limit_torch_threads(1)
+        torch.ones(64, 64) @ torch.ones(64, 64)
+        seen["worker"] = torch.get_num_threads()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    fresh = threading.Thread(target=lambda: seen.setdefault("fresh", torch.get_num_threads()))
+    fresh.start()
+    fresh.join()
+    assert seen == {"worker": 1, "fresh": default} and torch.get_num_threads() == default

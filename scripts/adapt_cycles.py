@@ -1,0 +1,92 @@
+"""A user over many adapter cycles (issue 5: the capacity bound, and the gain as cycles go by).
+
+A copy of PROFILE (its history holds the user's accepted answers) is made under a temporary
+ASSISTANT_HOME with its adapter state reset and every answer un-accepted. Then, CYCLES times: the
+next PER_CYCLE answers are accepted again, the clock moves one DAY on, and adapt.cycle.run_cycle runs
+(the profile's row budget set to BUDGET, so rows are evicted and reused once it is full). The answers
+after the last cycle's are held out: every EVAL_EVERY cycles, and after the last, tokens per pass of
+the current head on them (adapt.evaluate.simulate_decode at WIDTH) beside the shipped head's.
+Checks after every cycle: the published head's rows, capacity and output matrix stay within BUDGET.
+usage: python scripts/adapt_cycles.py PROFILE_DIR [CYCLES] [PER_CYCLE] [BUDGET] [WIDTH] [EVAL_EVERY]
+Prints one JSON line per cycle and a summary line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+
+def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, width: int = 16,
+         eval_every: int = 4) -> None:
+    home = tempfile.mkdtemp(prefix="adapt-cycles-")
+    os.environ["ASSISTANT_HOME"] = home
+    import adapt.cycle as C
+    from adapt.distill import Answer
+    from adapt.features import collect_features
+    from profiles import Profile
+    from runtime.defaults import shipped_head
+    from runtime.head import load_artifact
+    from runtime.target import load_target
+
+    dst = os.path.join(home, "profiles", "cycles")
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", "replay.safetensors", "state.json",
+                                                              "vocab_log.jsonl", ".lock", "generating"))
+    prof = Profile.open("cycles", create=False)
+    prof.update_config(row_budget=budget)
+    answers = prof.history.accepted_answers(0)
+    for msg_id, _, _ in answers:
+        prof.history.mark_accepted(msg_id, False)
+    used = cycles * per_cycle
+    if used >= len(answers):
+        raise SystemExit(f"{len(answers)} answers: not enough for {cycles} x {per_cycle} and a held-out rest")
+    target = load_target(prof.config.target, "fp32", progress=lambda *a: None)
+    held = [Answer(str(m), target.encode_chat(ctx), C._encode_answer(target.tokenizer, text)[:512])
+            for m, ctx, text in answers[used:]]
+    shipped = load_artifact(shipped_head(target.name))
+    layers = tuple(shipped.head.config.feature_layers)
+    feats = collect_features(target, held, layers, batch_size=1, progress=lambda *a: None, chunk=128)
+    emb = target.model.get_input_embeddings()
+
+    def tpp(art) -> float:
+        chain = art.extra.get("chain")
+        d = C._drafter(art.head, art.vocab, chain.long() if chain is not None else None, emb, C.CycleConfig.top_k)
+        return C._tpp(d, held, feats, width, lambda: None)
+
+    base = tpp(shipped)
+    print(json.dumps({"held_out_answers": len(held), "shipped_rows": len(shipped.vocab), "budget": budget,
+                      "width": width, "shipped_tokens_per_pass": base}), flush=True)
+    clock = [time.time()]
+    rows_max, curve = 0, [(0, base)]
+    for c in range(1, cycles + 1):
+        for msg_id, _, _ in answers[(c - 1) * per_cycle: c * per_cycle]:
+            prof.history.mark_accepted(msg_id)
+        clock[0] += 24 * 3600.0
+        t0 = time.time()
+        r = C.run_cycle(prof, target, C.CycleConfig(max_nodes=width), clock=lambda: clock[0])
+        art = load_artifact(prof.heads.current()) if prof.heads.current() else shipped
+        assert len(art.vocab) <= budget and art.vocab.capacity <= budget and art.head.rows <= budget, \
+            f"cycle {c}: {len(art.vocab)} rows, capacity {art.vocab.capacity} over the budget {budget}"
+        rows_max = max(rows_max, art.vocab.capacity)
+        line = {"cycle": c, "status": r["status"], "grown": r["grown"], "evicted": r["evicted"], "rows": r["rows"],
+                "capacity": art.vocab.capacity, "tokens_per_pass": r["tokens_per_pass"],
+                "loss": [r["finetune"].get("loss_first"), r["finetune"].get("loss_last")],
+                "seconds": round(time.time() - t0)}
+        if c % eval_every == 0 or c == cycles:
+            line["held_out_tokens_per_pass"] = tpp(art)
+            curve.append((c, line["held_out_tokens_per_pass"]))
+        print(json.dumps(line), flush=True)
+    st = C.read_state(prof.path)
+    print(json.dumps({"summary": True, "cycles": st.get("cycles"), "published": st.get("published"),
+                      "rejected": st.get("rejected"), "grown": st.get("grown"), "evicted": st.get("evicted"),
+                      "max_capacity": rows_max, "budget": budget, "held_out_curve": curve}), flush=True)
+    prof.close()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    main(a[0], *(int(x) for x in a[1:6]))

@@ -1,8 +1,8 @@
 """One online-adaptation cycle: the user's new accepted answers -> a new head version.
 
 Contract: `run_cycle(profile, target=None, config, pause, on_stage)` -> report dict.
-Stages (each announced through `on_stage(name)`; `pause()` is called between
-units of work so a worker can yield to the chat):
+Stages (each announced through `on_stage(name)`, features also as "features k/n" on the
+way; `pause()` is called between units of work so a worker can yield to the chat):
   1. answers   accepted answers with message id > state.last_msg_id (history store)
   2. features  prompt+answer prefill features (adapt.features); every `eval_every`-th
                new answer is held out of training to measure tokens per pass
@@ -86,8 +86,8 @@ class CycleConfig:
     top_k: int = 6
     max_nodes: int | None = None      # None: the runtime width on this device (auto, <= tree_width)
     feature_batch: int = 1            # answers per prefill, and
-    feature_chunk: int | None = 128   # tokens per piece of it: pause() runs between pieces, so a chat answer
-                                      # that starts meanwhile waits for at most one piece (~0.1 s on 2 cores)
+    feature_chunk: int | None = 64    # tokens per piece of it: pause() runs between pieces, so a chat answer
+                                      # that starts meanwhile shares the CPU with at most one piece (~0.1 s)
     half_life_s: float = 7 * 24 * 3600.0
     seed: int = 0
 
@@ -178,8 +178,9 @@ def _drafter(head, vocab, chain, emb_module, top_k):
     return UnionDrafter(PhraseDrafter(head, vocab, emb_module, top_k=top_k, chain=chain), PromptLookupDrafter())
 
 
-def _features(target, answers, layers, config, pause):
-    """collect_features in small chunks with pause() between them."""
+def _features(target, answers, layers, config, pause, on_stage=None):
+    """collect_features in small chunks with pause() between them; `on_stage("features k/n")` about
+    every tenth of the way (the longest stage: minutes for a few hundred answers on 2 cores)."""
     import torch
 
     from adapt.features import Features, collect_features
@@ -192,6 +193,9 @@ def _features(target, answers, layers, config, pause):
         f = collect_features(target, answers[b:b + step], layers, batch_size=step, progress=quiet,
                              chunk=config.feature_chunk, pause=pause)
         parts.append(Features(f.feats, f.roots, f.seq + b, f.pos, f.layers))
+        done = min(b + step, len(answers))
+        if on_stage is not None and (done * 10 // len(answers) > b * 10 // len(answers) or done == len(answers)):
+            on_stage(f"features {done}/{len(answers)}")
     if not parts:
         return collect_features(target, [], layers, progress=quiet)
     return Features(torch.cat([p.feats for p in parts]), torch.cat([p.roots for p in parts]),
@@ -421,7 +425,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     k = max(1, config.eval_every)
     eval_idx = [i for i in range(len(answers)) if len(answers) >= k and i % k == k - 1]
     train_idx = [i for i in range(len(answers)) if i not in set(eval_idx)]
-    feats_all = _features(target, answers, layers, config, pause)
+    feats_all = _features(target, answers, layers, config, pause, on_stage)
     f_train = _subset(feats_all, train_idx)
     f_eval = _subset(feats_all, eval_idx)
     ans_train = [answers[i] for i in train_idx]

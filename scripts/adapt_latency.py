@@ -76,7 +76,7 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 48, think: float
     i = 0
     while not worker.reports and worker.state != "failed" and len(active) < max_answers:
         time.sleep(think)
-        stage = worker.stage or worker.state
+        stage = (worker.stage or worker.state).split()[0]      # "features 12/40" -> "features"
         active.append((stage, answer(i), i % n))
         session.busy.set()                      # hold the adapter through the control's think time;
         time.sleep(think)

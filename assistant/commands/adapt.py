@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 def _once(profile, args) -> int:
     from adapt.cycle import CycleConfig, run_cycle
 
-    stage = (lambda s: None) if args.json else (lambda s: print(f"[adapt] {s}", file=sys.stderr, flush=True))
+    stage = lambda s: print(f"[adapt] {s}", file=sys.stderr, flush=True)  # noqa: E731 - stderr: --json stays clean
     report = run_cycle(profile, config=CycleConfig(dtype=args.dtype), on_stage=stage)
     profile.close()
     if args.json:

@@ -18,7 +18,8 @@ way; `pause()` is called between units of work so a worker can yield to the chat
                output rows' rate (`old_rows_scale` can also hold the existing rows back)
   6. check     tokens per pass (adapt.evaluate.simulate_decode, the runtime's drafter
                composition: phrase head + chain table + prompt lookup) before/after on
-               (a) the held-out new answers and (b) the anchor: a held-back slice of the
+               (a) the user's held-out answers: this cycle's and those of earlier cycles
+               (adapter/heldout.safetensors, the newest `held_out_keep`; never trained on) and (b) the anchor: a held-back slice of the
                ORIGINAL training data (prompts just past the base head's training range,
                answered by the target once and kept in adapter/anchor.*). The cycle is
                REJECTED when the anchor's tokens per pass drops by more than
@@ -46,6 +47,7 @@ REPLAY_FILE = "replay.safetensors"
 VOCAB_LOG = "vocab_log.jsonl"
 LOCK_FILE = ".lock"
 BUSY_FILE = "generating"
+HELD_OUT_FILE = "heldout.safetensors"
 
 
 class AdapterError(RuntimeError):
@@ -77,6 +79,8 @@ class CycleConfig:
     trunk_lr_scale: float = 0.1       # the shared trunk moves slower: it serves the original domain too
     old_rows_scale: float = 1.0       # how far rows that existed before this cycle may move (0: frozen)
     eval_every: int = 5               # every 5th new answer is held out for the tokens-per-pass check
+    held_out_keep: int = 60           # held-out answers kept across cycles (the newest): a cycle of 12
+                                      # answers holds out 2, too few to judge on (20-cycle run, BENCHMARKS.md)
     anchor_prompts: int = 16
     anchor_max_new_tokens: int = 128
     anchor_sources: tuple[tuple[str, int, int], ...] | None = None   # None: just past the base head's training data
@@ -200,6 +204,72 @@ def _features(target, answers, layers, config, pause, on_stage=None):
         return collect_features(target, [], layers, progress=quiet)
     return Features(torch.cat([p.feats for p in parts]), torch.cat([p.roots for p in parts]),
                     torch.cat([p.seq for p in parts]), torch.cat([p.pos for p in parts]), tuple(layers))
+
+
+def load_held_out(path: Path, layers, target_name: str):
+    """(answers, features) of the user's held-out answers from earlier cycles; ([], None) when there
+    are none or they were taken with other feature layers or another target (or the file is damaged:
+    the set starts over, nothing else depends on it)."""
+    from safetensors import safe_open
+
+    from adapt.distill import Answer
+    from adapt.features import Features
+
+    if not path.exists():
+        return [], None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            md = f.metadata() or {}
+            t = {k: f.get_tensor(k) for k in f.keys()}
+        if md.get("target") != target_name or md.get("layers") != ",".join(map(str, layers)):
+            return [], None
+        answers, p0, a0 = [], 0, 0
+        for key, pl, al in zip(t["keys"].tolist(), t["prompt_len"].tolist(), t["answer_len"].tolist()):
+            answers.append(Answer(str(key), t["prompt_ids"][p0:p0 + pl].tolist(), t["answer_ids"][a0:a0 + al].tolist()))
+            p0, a0 = p0 + pl, a0 + al
+        return answers, Features(t["feats"], t["roots"], t["seq"], t["pos"], tuple(layers))
+    except Exception:  # noqa: BLE001 - a damaged file: start a new held-out set
+        return [], None
+
+
+def save_held_out(path: Path, answers, feats, target_name: str) -> None:
+    """Atomically write the held-out set (one safetensors file: features and the answers' ids)."""
+    import os
+
+    import torch
+    from safetensors.torch import save_file
+
+    cat = lambda xs: torch.tensor([t for x in xs for t in x], dtype=torch.long)  # noqa: E731
+    tensors = {"feats": feats.feats.contiguous(), "roots": feats.roots, "seq": feats.seq, "pos": feats.pos,
+               "keys": torch.tensor([int(a.key) for a in answers], dtype=torch.long),
+               "prompt_len": torch.tensor([len(a.prompt_ids) for a in answers], dtype=torch.long),
+               "answer_len": torch.tensor([len(a.answer_ids) for a in answers], dtype=torch.long),
+               "prompt_ids": cat(a.prompt_ids for a in answers), "answer_ids": cat(a.answer_ids for a in answers)}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"target": target_name, "layers": ",".join(map(str, feats.layers))})
+    os.replace(tmp, path)
+
+
+def merge_held_out(old_answers, old_feats, new_answers, new_feats, keep: int):
+    """The newest `keep` of old + new held-out answers (an old answer with a new one's key is the same
+    answer seen again after a kill: the new copy wins)."""
+    import torch
+
+    from adapt.features import Features
+
+    if old_feats is None or not old_answers:
+        old_answers = []
+    new_keys = {a.key for a in new_answers}
+    both = list(old_answers) + list(new_answers)
+    if old_answers:
+        feats = Features(torch.cat([old_feats.feats, new_feats.feats]), torch.cat([old_feats.roots, new_feats.roots]),
+                         torch.cat([old_feats.seq, new_feats.seq + len(old_answers)]),
+                         torch.cat([old_feats.pos, new_feats.pos]), new_feats.layers)
+    else:
+        feats = new_feats
+    idx = [i for i, a in enumerate(both) if i >= len(old_answers) or a.key not in new_keys][-max(keep, 0):] \
+        if keep > 0 else []
+    return [both[i] for i in idx], _subset(feats, idx)
 
 
 def anchor_sources(meta: dict[str, Any], n: int) -> tuple[list[tuple[str, int, int]], bool]:
@@ -490,8 +560,10 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     anchor_answers, anchor_feats, anchor_info = ensure_anchor(adir, target, layers, art.meta, config, pause)
     before_d = _drafter(old_head, old_vocab, orig_chain, emb_module, config.top_k)
     after_d = _drafter(head, vocab, chain, emb_module, config.top_k)
-    in_sample = not ans_eval
-    ev_answers, ev_feats = (ans_eval, f_eval) if ans_eval else (ans_train, f_train)
+    prev_answers, prev_feats = load_held_out(adir / HELD_OUT_FILE, layers, target.name)
+    held_answers, held_feats = merge_held_out(prev_answers, prev_feats, ans_eval, f_eval, config.held_out_keep)
+    in_sample = not held_answers
+    ev_answers, ev_feats = (held_answers, held_feats) if held_answers else (ans_train, f_train)
     pause()
     user_before = _tpp(before_d, ev_answers, ev_feats, max_nodes, pause)
     user_after = _tpp(after_d, ev_answers, ev_feats, max_nodes, pause)
@@ -509,7 +581,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     report: dict[str, Any] = {
         "cycle": cycle_no, "status": "published" if accepted else "rejected", "reasons": reasons,
         "base": str(base_path), "answers": len(new), "train_answers": len(ans_train), "eval_answers": len(ans_eval),
-        "eval_in_sample": in_sample, "first_msg_id": min(msg_ids), "last_msg_id": last_id,
+        "held_out_answers": len(held_answers), "eval_in_sample": in_sample, "first_msg_id": min(msg_ids), "last_msg_id": last_id,
         "replay": {"added": added_records, "records": len(replay), "capacity": replay.capacity, "reset": reset},
         "mined": len(mined), "grown": len(added), "evicted": len(evicted),
         "rows": len(vocab), "capacity": vocab.capacity, "row_budget": budget,
@@ -518,6 +590,9 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
                             "anchor_before": anchor_before, "anchor_after": anchor_after},
         "anchor": anchor_info, "rehearsal": reh_info, "margin": config.margin, "max_nodes": max_nodes,
     }
+
+    if ans_eval:
+        save_held_out(adir / HELD_OUT_FILE, held_answers, held_feats, target.name)
 
     # 7: publish
     version = None

@@ -139,6 +139,30 @@ def test_rejected_cycle_keeps_current_head(adapt_profile, tiny_llama):
     assert log[-1]["status"] == "rejected"
 
 
+def test_held_out_answers_accumulate_across_cycles(adapt_profile, tiny_llama):
+    from adapt.cycle import HELD_OUT_FILE, load_held_out
+
+    p = adapt_profile
+    cfg = CycleConfig(**{**FAST.__dict__, "held_out_keep": 3})
+    add_answers(p, 0, 8)                                   # 2 held out
+    assert run_cycle(p, target=tiny_llama, config=cfg)["held_out_answers"] == 2
+    ids = add_answers(p, 8, 8)                             # 2 more: the newest 3 are kept
+    rep = run_cycle(p, target=tiny_llama, config=cfg)
+    assert rep["eval_answers"] == 2 and rep["held_out_answers"] == 3 and not rep["eval_in_sample"]
+    path = p.path / "adapter" / HELD_OUT_FILE
+    answers, feats = load_held_out(path, (-1,), tiny_llama.name)
+    assert [int(a.key) for a in answers][1:] == [ids[3], ids[7]]     # every 4th answer, newest last
+    assert int(feats.seq.max()) == 2 and len(feats.roots) == sum(len(a.answer_ids) - 1 for a in answers)
+    # they were never trained on
+    buf = ReplayBuffer.open(p.path / "adapter" / "replay.safetensors")
+    assert not {int(a.key) for a in answers} & set(buf.messages)
+    # another target's or a damaged file starts a new set
+    assert load_held_out(path, (-1,), "other") == ([], None)
+    path.write_bytes(b"not safetensors")
+    add_answers(p, 16, 4)
+    assert run_cycle(p, target=tiny_llama, config=cfg)["held_out_answers"] == 1
+
+
 def test_capacity_bound_over_20_cycles(adapt_profile, tiny_llama):
     p = adapt_profile
     budget = 45

@@ -3,7 +3,8 @@
 
 Contract: `status(profile)` -> dict (version, versions, rows, capacity,
 row_budget, enabled, schedule, cycles, published, rejected, grown, evicted,
-last_msg_id, pending, last_cycle, tokens_per_pass, last_error[, problem]). It
+last_msg_id, pending, held_out (answers kept to judge cycles on), last_cycle,
+tokens_per_pass, last_error[, problem]). It
 reads adapter/state.json, heads/ (CURRENT, meta.json, else the artifact's
 safetensors header) and history.sqlite read-only; it never imports torch.
 `run_once(profile, target=None)` runs adapt.cycle.run_cycle and returns its report.
@@ -28,6 +29,18 @@ def _header_rows(path: Path) -> tuple[int | None, int | None]:
         return sum(t is not None for t in texts), int(md.get("vocab.capacity", len(texts)))
     except (OSError, ValueError):
         return None, None
+
+
+def _header_len(path: Path, name: str) -> int:
+    """Length of tensor `name` in a safetensors file, from its header (0 when absent or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n <= 0 or n > 1 << 28:
+                return 0
+            return int(json.loads(f.read(n))[name]["shape"][0])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return 0
 
 
 def _pending(history: Path, since: int) -> int | None:
@@ -55,7 +68,7 @@ def _shipped_head(target: str) -> Path | None:
 
 
 def status(profile) -> dict[str, Any]:
-    from adapt.cycle import AdapterError, adapter_dir, read_state
+    from adapt.cycle import HELD_OUT_FILE, AdapterError, adapter_dir, read_state
 
     out: dict[str, Any] = {"profile": profile.name, "adapter_dir": str(adapter_dir(profile.path))}
     try:
@@ -84,6 +97,7 @@ def status(profile) -> dict[str, Any]:
         "grown": st.get("grown", 0), "evicted": st.get("evicted", 0),
         "last_msg_id": st.get("last_msg_id", 0),
         "pending": _pending(profile.history_path, int(st.get("last_msg_id", 0) or 0)),
+        "held_out": _header_len(adapter_dir(profile.path) / HELD_OUT_FILE, "keys"),
         "last_cycle": last or None,
         "tokens_per_pass": last.get("tokens_per_pass"),
         "last_error": st.get("last_error"),

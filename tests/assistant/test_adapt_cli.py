@@ -30,7 +30,7 @@ def test_once_then_status(adapt_profile, capsys):
     ids = add_answers(p, 0, 6)
     assert main(["adapt", "--status", "--json", "--profile", "u"]) == 0
     s = json.loads(capsys.readouterr().out)
-    assert s["version"] == "v000001" and s["pending"] == 6 and s["row_budget"] == 60
+    assert s["version"] == "v000001" and s["pending"] == 6 and s["row_budget"] == 60 and s["held_out"] == 0
     assert s["rows"] is not None and s["rows"] <= s["row_budget"]
     rc = main(["adapt", "--once", "--json", "--profile", "u", "--dtype", "fp32"])
     rep = json.loads(capsys.readouterr().out)
@@ -41,6 +41,7 @@ def test_once_then_status(adapt_profile, capsys):
     assert time.perf_counter() - t0 < 1.0
     s = json.loads(capsys.readouterr().out)
     assert s["pending"] == 0 and s["cycles"] == 1 and s["last_cycle"]["status"] == rep["status"]
+    assert s["held_out"] == rep["held_out_answers"] == 1                  # every 5th of 6 answers
     if rep["status"] == "published":
         assert s["version"] == rep["version"] and s["grown"] == rep["grown"] and s["rows"] == rep["rows"]
     assert set(s["tokens_per_pass"]) == {"user_before", "user_after", "anchor_before", "anchor_after"}

@@ -20,8 +20,9 @@ way; `pause()` is called between units of work so a worker can yield to the chat
                composition: phrase head + chain table + prompt lookup) before/after on
                (a) the user's held-out answers: this cycle's and those of earlier cycles
                (adapter/heldout.safetensors, the newest `held_out_keep`; never trained
-               on) and (b) the anchor: a held-back slice of the ORIGINAL training data (prompts just past the base head's training range,
-               answered by the target once and kept in adapter/anchor.*). The cycle is
+               on) and (b) the anchor: a held-back slice of the ORIGINAL training data
+               (prompts just past the base head's training range, answered by the
+               target once and kept in adapter/anchor.*). The cycle is
                REJECTED when the anchor's tokens per pass drops by more than
                `config.margin` (relative, default 3%) or the held-out user answers get worse.
   7. publish   profile.heads.publish (immutable version + atomic CURRENT switch)

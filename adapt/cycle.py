@@ -102,6 +102,16 @@ def adapter_dir(profile_path: str | Path) -> Path:
     return Path(profile_path) / ADAPTER_DIR
 
 
+def copy_reset(src: str | Path, dst: str | Path) -> None:
+    """Copy a profile folder with its adapter state reset (no head versions, replay buffer, state, change
+    log, held-out set, lock or busy marker; the anchor and rehearsal slices are kept, they depend only
+    on the base head): the experiments in scripts/ replay one user's history from the start."""
+    import shutil
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", REPLAY_FILE, STATE_FILE, VOCAB_LOG,
+                                                            HELD_OUT_FILE, LOCK_FILE, BUSY_FILE))
+
+
 def read_state(profile_path: str | Path) -> dict[str, Any]:
     p = adapter_dir(profile_path) / STATE_FILE
     try:
@@ -268,8 +278,8 @@ def merge_held_out(old_answers, old_feats, new_answers, new_feats, keep: int):
                          torch.cat([old_feats.pos, new_feats.pos]), new_feats.layers)
     else:
         feats = new_feats
-    idx = [i for i, a in enumerate(both) if i >= len(old_answers) or a.key not in new_keys][-max(keep, 0):] \
-        if keep > 0 else []
+    idx = [i for i, a in enumerate(both) if i >= len(old_answers) or a.key not in new_keys]
+    idx = idx[max(len(idx) - keep, 0):]
     return [both[i] for i in idx], _subset(feats, idx)
 
 
@@ -633,5 +643,6 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     return report
 
 
-__all__ = ["AdapterBusy", "AdapterError", "CycleCancelled", "CycleConfig", "adapter_dir", "read_state", "run_cycle",
+__all__ = ["AdapterBusy", "AdapterError", "CycleCancelled", "CycleConfig", "adapter_dir", "copy_reset", "read_state",
+           "run_cycle",
            "write_state"]

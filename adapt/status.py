@@ -17,29 +17,37 @@ from pathlib import Path
 from typing import Any
 
 
-def _header_rows(path: Path) -> tuple[int | None, int | None]:
-    """(live rows, capacity) from a head artifact's safetensors header, without torch."""
+def _header(path: Path) -> dict[str, Any]:
+    """A safetensors file's JSON header (tensor shapes, __metadata__), without torch; {} if unreadable."""
     try:
         with open(path, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
             if n <= 0 or n > 1 << 28:
-                return None, None
-            md = json.loads(f.read(n)).get("__metadata__", {})
+                return {}
+            h = json.loads(f.read(n))
+        return h if isinstance(h, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _header_rows(path: Path) -> tuple[int | None, int | None]:
+    """(live rows, capacity) from a head artifact's safetensors header."""
+    h = _header(path)
+    if not h:
+        return None, None
+    try:
+        md = h.get("__metadata__", {})
         texts = json.loads(md.get("vocab.texts", "[]"))
         return sum(t is not None for t in texts), int(md.get("vocab.capacity", len(texts)))
-    except (OSError, ValueError):
+    except ValueError:
         return None, None
 
 
 def _header_len(path: Path, name: str) -> int:
     """Length of tensor `name` in a safetensors file, from its header (0 when absent or unreadable)."""
     try:
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if n <= 0 or n > 1 << 28:
-                return 0
-            return int(json.loads(f.read(n))[name]["shape"][0])
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return int(_header(path)[name]["shape"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
         return 0
 
 

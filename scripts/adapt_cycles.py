@@ -32,9 +32,7 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
     from runtime.head import load_artifact
     from runtime.target import load_target
 
-    dst = os.path.join(home, "profiles", "cycles")
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", "replay.safetensors", "state.json",
-                                                              "vocab_log.jsonl", ".lock", "generating"))
+    C.copy_reset(src, os.path.join(home, "profiles", "cycles"))
     prof = Profile.open("cycles", create=False)
     prof.update_config(row_budget=budget)
     answers = prof.history.accepted_answers(0)

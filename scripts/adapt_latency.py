@@ -31,15 +31,13 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 48, think: float
          max_answers: int = 200) -> None:
     home = tempfile.mkdtemp(prefix="adapt-latency-")
     os.environ["ASSISTANT_HOME"] = home
-    from adapt.cycle import write_state
+    from adapt.cycle import copy_reset, write_state
     from adapt.worker import AdapterWorker, pending_answers
     from assistant.session import Session
     from profiles import Profile
     from runtime.jsonl import read_prompts
 
-    dst = os.path.join(home, "profiles", "latency")
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", "replay.safetensors", "state.json",
-                                                              "vocab_log.jsonl", ".lock", "generating"))
+    copy_reset(src, os.path.join(home, "profiles", "latency"))
     prof = Profile.open("latency", create=False)
     ids = [r[0] for r in prof.history._read("SELECT id FROM messages WHERE accepted = 1 AND role = 'assistant' "
                                             "ORDER BY id")]

@@ -44,8 +44,7 @@ def main(src: str, variants: dict, cache: str) -> None:
     try:
         for name, overrides in variants.items():
             dst = os.path.join(home, "profiles", name)
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", "replay.safetensors", "state.json",
-                                                                      "vocab_log.jsonl", ".lock", "generating"))
+            C.copy_reset(src, dst)
             prof = Profile.open(name, create=False)
             t0 = time.time()
             r = C.run_cycle(prof, target, C.CycleConfig(**overrides))

@@ -141,7 +141,7 @@ def batch_greedy(model, enc: Sequence[Sequence[int]], pad: int, eos: set[int], m
     alive = list(range(B))
     with torch.inference_mode():
         out = model(input_ids=ids, attention_mask=att, position_ids=pos, cache=cache, use_cache=True,
-                    output_hidden_states=bool(layers))
+                    output_hidden_states=bool(layers), logits_to_keep=1)
         cur = pos[:, -1]
         for step in range(max_new_tokens):
             nxt = out.logits[:, -1].argmax(-1)

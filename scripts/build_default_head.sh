@@ -13,7 +13,7 @@ ROWS="${ROWS:-8000}"
 exec .venv/bin/assistant train \
   --target default --dtype fp32 \
   --data "$DATA/gsm8k_train.jsonl:0:$QUESTIONS" \
-  --max-new-tokens 256 --gen-batch 16 \
+  --max-new-tokens 256 --gen-batch 32 \
   --rows "$ROWS" --max-words 3 --chain-width 4 \
   --layers=-1 --feature-layers=-1,8,16,24 \
   --inner 1024 --width 256 --epochs 4 \

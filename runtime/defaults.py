@@ -19,7 +19,7 @@ def shipped_head(target_name: str) -> Path | None:
     return p if p.exists() else None
 
 
-def build_drafter(target, path: str | Path | None = None, top_k: int = 6) -> tuple[Any, dict[str, Any]]:
+def build_drafter(target, path: str | Path | None = None, top_k: int | None = None) -> tuple[Any, dict[str, Any]]:
     from runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
     from runtime.head import load_artifact
 
@@ -32,7 +32,8 @@ def build_drafter(target, path: str | Path | None = None, top_k: int = 6) -> tup
         raise ValueError(f"{path}: head reads hidden size {art.head.config.hidden_size}, "
                          f"target {target.name} has {target.hidden_size}")
     head = art.head.to(target.device)
-    phrase = PhraseDrafter.from_artifact(art, target.model.get_input_embeddings(), top_k=top_k)
+    kw = {"top_k": top_k} if top_k is not None else {}   # else the artifact's measured setting, else 6
+    phrase = PhraseDrafter.from_artifact(art, target.model.get_input_embeddings(), **kw)
     info = {"head": str(path), "drafter": "phrase+prompt-lookup", **head.describe(target.num_parameters),
             "meta": art.meta}
     return UnionDrafter(phrase, lookup), info

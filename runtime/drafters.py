@@ -114,7 +114,7 @@ class PhraseDrafter(_Base):
         kw.setdefault("chain_p", art.extra.get("chain_p"))
         # tree-shape settings measured for this head (artifact metadata "drafter"), unless given
         for key, value in (art.meta.get("drafter") or {}).items():
-            if key in ("chain_depth", "chain_width", "max_nodes"):
+            if key in ("top_k", "chain_depth", "chain_width", "max_nodes"):
                 kw.setdefault(key, value)
         return cls(art.head, art.vocab, embeddings, chain=art.extra.get("chain"), **kw)
 

@@ -10,8 +10,12 @@ banked: tree nodes are inserted best first and parents before children, so the f
 w' nodes are the tree of width w', and the accepted nodes that lie below w' are what
 it would have kept. It keeps decayed means of drafted tokens per width (the prior E(w)
 of runtime.costmodel counted as `prior_weight` observations) and picks the width with
-the most expected tokens per second, (1 + drafted(w')) / t(w'). Every
-`explore_every`-th pass runs at the cap so wide widths keep fresh evidence. Why: the
+the most expected tokens per second, (1 + drafted(w')) / t(w'). The first pass and every
+`explore_every`-th pass after it run at the cap so wide widths keep fresh evidence; an
+exploration after which the cap still does not pay doubles the gap to the next one (up to
+`explore_max` passes), one after which it does resets it. Why backing off: on text the
+head does not know (MT-Bench) every exploration is a wide verify that banks nothing, and at
+every 10th pass that cost 5-25% of the time (bf16 here: a 16-node verify costs x3.4). Why: the
 prior comes from GSM8K, where a 16-node tree banks 2.5 tokens a pass; on MT-Bench the
 same head banked 1.46 at 16 nodes, and the fixed width that wins on one costs on the other.
 """
@@ -22,11 +26,15 @@ from runtime.costmodel import expected_tokens_per_pass
 
 class WidthController:
     def __init__(self, costs: dict[int, float], cap: int, decay: float = 0.98, prior_weight: float = 2.0,
-                 explore_every: int = 10):
+                 explore_every: int = 10, explore_max: int = 80):
         self.costs = {int(w): float(s) for w, s in costs.items() if int(w) <= max(cap, 1)} or {1: 1.0}
         self.widths = sorted(self.costs)
         self.cap = self.widths[-1]
-        self.decay, self.prior_weight, self.explore_every = decay, prior_weight, explore_every
+        self.decay, self.prior_weight = decay, prior_weight
+        self.explore_every, self.explore_max = explore_every, max(explore_max, explore_every)
+        self._gap = explore_every              # passes from one exploration to the next
+        self._next_explore = 1                 # the first pass explores
+        self._exploring = False
         self.n = {w: 0.0 for w in self.widths}        # decayed observation weight per width
         self.s = {w: 0.0 for w in self.widths}        # decayed drafted tokens per width
         self.seen = {w: 0 for w in self.widths}       # raw observation counts
@@ -43,7 +51,8 @@ class WidthController:
 
     def next_width(self) -> int:
         self.passes += 1
-        if self.passes == 1 or (self.explore_every and self.passes % self.explore_every == 0):
+        if self.passes == 1 or (self.explore_every and self.passes >= self._next_explore):
+            self._exploring = True
             return self.cap
         return self.best()
 
@@ -59,6 +68,10 @@ class WidthController:
             self.n[w] = self.n[w] * self.decay + 1.0
             self.s[w] = self.s[w] * self.decay + kept
             self.seen[w] += 1
+        if self._exploring:
+            self._exploring = False
+            self._gap = self.explore_every if self.best() == self.cap else min(2 * self._gap, self.explore_max)
+            self._next_explore = self.passes + self._gap
 
     def summary(self) -> dict[str, float]:
         return {str(w): round(self.drafted(w) + 1.0, 3) for w in self.widths}

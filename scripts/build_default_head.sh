@@ -4,13 +4,21 @@
 # The one documented command (see docs/training.md). Every stage is resumable: rerun it after an
 # interruption and it continues (work files in the user cache dir, <cache>/train/SmolLM2-135M-Instruct/).
 # Environment overrides: DATA (folder of the shared data sets), QUESTIONS (GSM8K-train questions
-# distilled), ROWS (draft-vocabulary rows). Extra arguments go to `assistant train`.
+# distilled), ROWS (draft-vocabulary rows), HELD_OUT (answers after the training ones used to pick the
+# tree shape, default 40). Extra arguments go to `assistant train`.
+# Then scripts/tune_drafter.py picks the tree shape (top_k, chain depth/width) on the held-out answers
+# that follow the training ones, when the cache has them (a run with QUESTIONS+HELD_OUT distilled them),
+# and stores it in the artifact; without them the head keeps the drafter's defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${DATA:-/work/shared/data}"
 QUESTIONS="${QUESTIONS:-1500}"
-ROWS="${ROWS:-8000}"
-exec .venv/bin/assistant train \
+ROWS="${ROWS:-4000}"
+HELD_OUT="${HELD_OUT:-40}"
+OUT=runtime/data/heads/SmolLM2-135M-Instruct.safetensors
+for arg in "$@"; do case "$arg" in --out=*) OUT="${arg#--out=}";; esac; done
+prev=""; for arg in "$@"; do [ "$prev" = "--out" ] && OUT="$arg"; prev="$arg"; done
+.venv/bin/assistant train \
   --target default --dtype fp32 \
   --data "$DATA/gsm8k_train.jsonl:0:$QUESTIONS" \
   --max-new-tokens 256 --gen-batch 32 \
@@ -18,4 +26,13 @@ exec .venv/bin/assistant train \
   --layers=-1 --feature-layers=-1,8,16,24 \
   --inner 1024 --width 256 --epochs 4 \
   --store-dtype fp16 \
-  --out runtime/data/heads/SmolLM2-135M-Instruct.safetensors "$@"
+  --out "$OUT" "$@"
+ANSWERS="$(.venv/bin/python -c 'from runtime.fetch import cache_dir; print(cache_dir())')/train/SmolLM2-135M-Instruct/answers.jsonl"
+KEYS="gsm8k_train:$QUESTIONS:$((QUESTIONS + HELD_OUT))"
+found="$(grep -c "\"gsm8k_train:$((QUESTIONS + HELD_OUT - 1))\"" "$ANSWERS" 2>/dev/null || true)"
+if [ "${found:-0}" -gt 0 ]; then
+  .venv/bin/python scripts/tune_drafter.py "$OUT" --answers "$ANSWERS" --keys "$KEYS" \
+    --top-k 6,12 --depth 2 --chain-width 2,4 --write
+else
+  echo "[train] no held-out answers $KEYS in the cache: the head keeps the drafter's default tree shape" >&2
+fi

@@ -45,3 +45,15 @@ def test_best_first_respects_its_own_budget():
     cands = d.propose(ctx)
     nodes = {tuple(c[:i + 1]) for c in cands for i in range(len(c))}
     assert len(nodes) <= 3 + 2   # the last candidate may overshoot by less than one row
+
+
+def test_artifact_settings_apply_unless_given_explicitly():
+    from runtime.head import Artifact
+
+    d = _drafter()
+    art = Artifact(head=d.head, vocab=d.vocab, meta={"drafter": {"top_k": 10, "chain_depth": 3, "tuned_on": "x"}},
+                   extra={"chain": d.chain, "chain_p": d.chain_p})
+    got = PhraseDrafter.from_artifact(art, d.embeddings)
+    assert (got.top_k, got.chain_depth) == (10, 3)
+    got = PhraseDrafter.from_artifact(art, d.embeddings, top_k=4)
+    assert (got.top_k, got.chain_depth) == (4, 3)

@@ -11,9 +11,33 @@ COSTS = {1: 1.0, 2: 1.1, 3: 1.15, 4: 1.2, 8: 1.5, 16: 1.9}
 def test_starts_at_the_cap_and_explores_there():
     c = WidthController(COSTS, cap=8)
     assert c.widths == [1, 2, 3, 4, 8]
-    assert c.next_width() == 8
-    widths = [c.next_width() for _ in range(19)]
-    assert widths[8] == 8 and widths[18] == 8      # passes 10 and 20 explore
+    widths = []
+    for _ in range(40):
+        widths.append(c.next_width())
+        c.observe([0, 1, 2, 3, 4, 5], widths[-1])      # deep acceptance: the cap pays, it stays there
+    assert widths[0] == 8 and all(w == 8 for w in widths)
+
+
+def test_explorations_back_off_while_the_cap_does_not_pay():
+    c = WidthController(COSTS, cap=16, explore_every=10, explore_max=40)
+    explored = []
+    for p in range(1, 301):
+        w = c.next_width()
+        if w == 16:
+            explored.append(p)
+        c.observe([0], w)                                # nothing banked anywhere
+    gaps = [b - a for a, b in zip(explored, explored[1:])]
+    # the prior picks the cap for the first passes; then explorations at gaps doubling up to 40
+    assert explored[0] == 1 and {21, 61, 101} <= set(explored) and gaps[-1] == 40
+    assert len(explored) < 15                            # every 10th pass would have been 30
+    # one exploration that banks deep resets the gap to explore_every
+    w = c.next_width()
+    while w != 16:
+        c.observe([0], w)
+        w = c.next_width()
+    for _ in range(3):
+        c.observe([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 16)
+    assert c.best() == 16 and c._gap == 10
 
 
 def test_nothing_banked_shrinks_to_one():

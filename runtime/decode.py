@@ -193,6 +193,8 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         return
     t0 = time.perf_counter()
     cache, root, feats = prefill(model, prompt_ids, layers)
+    if width is not None:
+        width.start_answer()
     prefix_len = len(prompt_ids)
     ids = list(prompt_ids) + [root]
     step = _emit(stream, [root], 0, [], t0, len(prompt_ids), {"prefill": time.perf_counter() - t0})

@@ -13,7 +13,9 @@ of runtime.costmodel counted as `prior_weight` observations) and picks the width
 the most expected tokens per second, (1 + drafted(w')) / t(w'). The first pass and every
 `explore_every`-th pass after it run at the cap so wide widths keep fresh evidence; an
 exploration after which the cap still does not pay doubles the gap to the next one (up to
-`explore_max` passes), one after which it does resets it. Why backing off: on text the
+`explore_max` passes), one after which it does resets it; `start_answer()` (the decode loop
+calls it after every prefill) restarts that cadence, keeping what was learned, because a new
+answer is new text: an answer that turns repetitive is caught within 10-40 passes. Why backing off: on text the
 head does not know (MT-Bench) every exploration is a wide verify that banks nothing, and at
 every 10th pass that cost 5-25% of the time (bf16 here: a 16-node verify costs x3.4). Why: the
 prior comes from GSM8K, where a 16-node tree banks 2.5 tokens a pass; on MT-Bench the
@@ -48,6 +50,11 @@ class WidthController:
 
     def best(self) -> int:
         return max(self.widths, key=lambda w: (1.0 + self.drafted(w)) / self.costs[w])
+
+    def start_answer(self) -> None:
+        """A new answer begins: explore at its first pass, then every explore_every, backing off again."""
+        self._gap = self.explore_every
+        self._next_explore = self.passes + 1
 
     def next_width(self) -> int:
         self.passes += 1

@@ -40,6 +40,16 @@ def test_explorations_back_off_while_the_cap_does_not_pay():
     assert c.best() == 16 and c._gap == 10
 
 
+def test_a_new_answer_explores_at_once_and_keeps_what_was_learned():
+    c = WidthController(COSTS, cap=16, explore_every=10, explore_max=80)
+    for _ in range(200):
+        c.observe([0], c.next_width())
+    assert c._gap == 80 and c.best() == 1
+    learned = c.drafted(16)
+    c.start_answer()
+    assert c.next_width() == 16 and c.drafted(16) == learned
+
+
 def test_nothing_banked_shrinks_to_one():
     c = WidthController(COSTS, cap=16)
     for _ in range(20):

@@ -10,16 +10,18 @@ banked: tree nodes are inserted best first and parents before children, so the f
 w' nodes are the tree of width w', and the accepted nodes that lie below w' are what
 it would have kept. It keeps decayed means of drafted tokens per width (the prior E(w)
 of runtime.costmodel counted as `prior_weight` observations) and picks the width with
-the most expected tokens per second, (1 + drafted(w')) / t(w'). The first pass and every
-`explore_every`-th pass after it run at the cap so wide widths keep fresh evidence; an
-exploration after which the cap still does not pay doubles the gap to the next one (up to
-`explore_max` passes), one after which it does resets it; `start_answer()` (the decode loop
-calls it after every prefill) restarts that cadence, keeping what was learned, because a new
-answer is new text: an answer that turns repetitive is caught within 10-40 passes. Why backing off: on text the
-head does not know (MT-Bench) every exploration is a wide verify that banks nothing, and at
-every 10th pass that cost 5-25% of the time (bf16 here: a 16-node verify costs x3.4). Why: the
-prior comes from GSM8K, where a 16-node tree banks 2.5 tokens a pass; on MT-Bench the
-same head banked 1.46 at 16 nodes, and the fixed width that wins on one costs on the other.
+the most expected tokens per second, (1 + drafted(w')) / t(w'). Why online: the prior
+comes from GSM8K, where a 16-node tree banks 2.5 tokens a pass; on MT-Bench the same head
+banked 1.46 at 16 nodes, and the fixed width that wins on one costs on the other.
+
+The first pass and every `explore_every`-th pass after it run at the cap so wide widths
+keep fresh evidence. An exploration after which the cap still does not pay doubles the gap
+to the next one (up to `explore_max` passes); one after which it pays resets it; and
+`start_answer()` (the decode loop calls it after every prefill) restarts the cadence,
+keeping what was learned, because a new answer is new text (one that turns repetitive is
+caught within 10-40 passes). Why back off: on text the head does not know (MT-Bench) each
+exploration is a wide verify that banks nothing; at every 10th pass that cost up to ~24%
+of the time in bf16 on a CPU where a 16-node verify costs x3.4.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@
 # interruption and it continues (work files in the user cache dir, <cache>/train/SmolLM2-135M-Instruct/).
 # Environment overrides: DATA (folder of the shared data sets), QUESTIONS (GSM8K-train questions
 # distilled), ROWS (draft-vocabulary rows), HELD_OUT (answers after the training ones used to pick the
-# tree shape, default 40). Extra arguments go to `assistant train`.
+# tree shape, default 40; 0 skips that step). Extra arguments go to `assistant train` and win over the
+# shipped flags (scripts/head_sweep.sh trains its other sizes this way).
 # Then scripts/tune_drafter.py picks the tree shape (top_k, chain depth/width) on the held-out answers
 # that follow the training ones, when the cache has them (a run with QUESTIONS+HELD_OUT distilled them),
 # and stores it in the artifact; without them the head keeps the drafter's defaults.
@@ -16,8 +17,12 @@ QUESTIONS="${QUESTIONS:-1500}"
 ROWS="${ROWS:-4000}"
 HELD_OUT="${HELD_OUT:-40}"
 OUT=runtime/data/heads/SmolLM2-135M-Instruct.safetensors
-for arg in "$@"; do case "$arg" in --out=*) OUT="${arg#--out=}";; esac; done
-prev=""; for arg in "$@"; do [ "$prev" = "--out" ] && OUT="$arg"; prev="$arg"; done
+prev=""
+for arg in "$@"; do   # the artifact path, so that the tuning step below finds it
+    case "$arg" in --out=*) OUT="${arg#--out=}";; esac
+    [ "$prev" = "--out" ] && OUT="$arg"
+    prev="$arg"
+done
 .venv/bin/assistant train \
   --target default --dtype fp32 \
   --data "$DATA/gsm8k_train.jsonl:0:$QUESTIONS" \
@@ -30,7 +35,9 @@ prev=""; for arg in "$@"; do [ "$prev" = "--out" ] && OUT="$arg"; prev="$arg"; d
 ANSWERS="$(.venv/bin/python -c 'from runtime.fetch import cache_dir; print(cache_dir())')/train/SmolLM2-135M-Instruct/answers.jsonl"
 KEYS="gsm8k_train:$QUESTIONS:$((QUESTIONS + HELD_OUT))"
 found="$(grep -c "\"gsm8k_train:$((QUESTIONS + HELD_OUT - 1))\"" "$ANSWERS" 2>/dev/null || true)"
-if [ "${found:-0}" -gt 0 ]; then
+if [ "$HELD_OUT" -eq 0 ]; then
+  echo "[train] HELD_OUT=0: the head keeps the drafter's default tree shape" >&2
+elif [ "${found:-0}" -gt 0 ]; then
   .venv/bin/python scripts/tune_drafter.py "$OUT" --answers "$ANSWERS" --keys "$KEYS" \
     --top-k 6,12 --depth 2 --chain-width 2,4 --write
 else

@@ -7,7 +7,8 @@
 #   QUESTIONS=752 HELD_OUT=40 scripts/head_sweep.sh
 # SIZES: space-separated ROWS:INNER:WIDTH:LAYERS (LAYERS comma-separated hidden-state layers).
 # The answers come from the cache that scripts/build_default_head.sh filled (distil QUESTIONS+HELD_OUT
-# there first); heads go to $OUT (default /tmp/head-sweep).
+# there first); each head is trained by scripts/build_default_head.sh (the shipped flags) at its
+# size, with HELD_OUT=0 there; heads go to $OUT (default /tmp/head-sweep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${DATA:-/work/shared/data}"
@@ -20,11 +21,9 @@ heads=()
 for size in $SIZES; do
     IFS=: read -r rows inner width layers <<<"$size"
     head="$OUT/head-q$QUESTIONS-$rows-$inner-$width-L${layers//,/_}.safetensors"
-    if [ ! -f "$head" ]; then
-        .venv/bin/assistant train --target default --dtype fp32 \
-            --data "$DATA/gsm8k_train.jsonl:0:$QUESTIONS" --max-new-tokens 256 --gen-batch 32 \
-            --rows "$rows" --max-words 3 --chain-width 4 --layers="$layers" --feature-layers=-1,8,16,24 \
-            --inner "$inner" --width "$width" --epochs 4 --store-dtype fp32 --out "$head"
+    if [ ! -f "$head" ]; then   # the shipped head's training, at this size
+        DATA="$DATA" QUESTIONS="$QUESTIONS" ROWS="$rows" HELD_OUT=0 scripts/build_default_head.sh \
+            --layers="$layers" --inner "$inner" --width "$width" --store-dtype fp32 --out "$head"
     fi
     heads+=("$head")
 done

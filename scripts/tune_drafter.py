@@ -78,7 +78,7 @@ def main() -> None:
         if args.write:
             meta = dict(art.meta)
             meta["drafter"] = {**best, "tuned_on": args.keys, "tokens_per_pass": round(tpp, 3)}
-            store = "fp16" if meta.get("train_config", {}).get("store_dtype", "fp16") == "fp16" else "fp32"
+            store = meta.get("train_config", {}).get("store_dtype", "fp16")   # as the head was written
             write_artifact(path, art.head, art.vocab, art.extra.get("chain"), meta, store, art.extra.get("chain_p"))
             print(f"wrote the settings into {path}")
     if len(table) > 1:

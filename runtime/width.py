@@ -20,8 +20,8 @@ to the next one (up to `explore_max` passes); one after which it pays resets it;
 `start_answer()` (the decode loop calls it after every prefill) restarts the cadence,
 keeping what was learned, because a new answer is new text (one that turns repetitive is
 caught within 10-40 passes). Why back off: on text the head does not know (MT-Bench) each
-exploration is a wide verify that banks nothing; at every 10th pass that cost up to ~24%
-of the time in bf16 on a CPU where a 16-node verify costs x3.4.
+exploration is a wide verify that banks nothing; at every 10th pass that added ~24% to
+the time in bf16 on a CPU where a 16-node verify costs x3.4.
 """
 from __future__ import annotations
 

@@ -88,7 +88,6 @@ class CycleConfig:
     rehearsal_prompts: int = 32       # original-domain answers mixed into every fine-tune (0: none)
     rehearsal_share: float = 0.3      # share of each fine-tune batch drawn from them
     margin: float = 0.03              # allowed relative drop of anchor tokens/pass
-    top_k: int = 6
     max_nodes: int | None = None      # None: the runtime width on this device (auto, <= tree_width)
     feature_batch: int = 1            # answers per prefill, and
     feature_chunk: int | None = 64    # tokens per piece of it: pause() runs between pieces, so a chat answer
@@ -187,10 +186,15 @@ def _subset(features, keep_seq: list[int]):
     return Features(features.feats[mask], features.roots[mask], seq, features.pos[mask], features.layers)
 
 
-def _drafter(head, vocab, chain, emb_module, top_k):
+def _drafter(head, vocab, chain, chain_p, meta, emb_module):
+    """The drafter the runtime builds for this head (PhraseDrafter.from_artifact: the tree shape stored in
+    `meta`, best-first by the chain probabilities) with prompt lookup, so a cycle judges what will run."""
     from runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
+    from runtime.head import Artifact
 
-    return UnionDrafter(PhraseDrafter(head, vocab, emb_module, top_k=top_k, chain=chain), PromptLookupDrafter())
+    extra = {k: v for k, v in (("chain", chain), ("chain_p", chain_p)) if v is not None}
+    art = Artifact(head=head, vocab=vocab, meta=meta, extra=extra)
+    return UnionDrafter(PhraseDrafter.from_artifact(art, emb_module), PromptLookupDrafter())
 
 
 def _features(target, answers, layers, config, pause, on_stage=None):
@@ -527,7 +531,8 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     old_head, old_vocab = art.head, art.vocab
     orig_chain = art.extra.get("chain")
     orig_chain = orig_chain.long() if orig_chain is not None else None
-    old_chain = orig_chain
+    orig_chain_p = art.extra.get("chain_p")
+    old_chain, old_chain_p = orig_chain, orig_chain_p
     head, vocab = copy.deepcopy(old_head), copy.deepcopy(old_vocab)
     budget = profile.config.row_budget
     seqs_new = _Paced([a.answer_ids for a in ans_train], pause)
@@ -546,11 +551,9 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
 
     added, evicted = apply(head, vocab, the_plan, table, now, vlog, cycle_no, init_fn)
     pause()
-    new_chain = chain_table(seqs_window, vocab, config.chain_width)
-    if old_chain is not None and old_chain.shape[0] < vocab.capacity:
-        pad = torch.full((vocab.capacity - old_chain.shape[0], old_chain.shape[1]), -1, dtype=torch.long)
-        old_chain = torch.cat([old_chain, pad])
-    chain = merge_chain(old_chain, new_chain, set(added) | set(evicted), config.chain_width)
+    new_chain, new_chain_p = chain_table(seqs_window, vocab, config.chain_width, with_probs=True)
+    chain, chain_p = merge_chain(old_chain, new_chain, set(added) | set(evicted), config.chain_width,
+                                 old_p=old_chain_p, new_p=new_chain_p)
 
     # 5: fine-tune
     on_stage("finetune")
@@ -569,8 +572,8 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     on_stage("check")
     pause()
     anchor_answers, anchor_feats, anchor_info = ensure_anchor(adir, target, layers, art.meta, config, pause)
-    before_d = _drafter(old_head, old_vocab, orig_chain, emb_module, config.top_k)
-    after_d = _drafter(head, vocab, chain, emb_module, config.top_k)
+    before_d = _drafter(old_head, old_vocab, orig_chain, orig_chain_p, art.meta, emb_module)
+    after_d = _drafter(head, vocab, chain, chain_p, art.meta, emb_module)
     prev_answers, prev_feats = load_held_out(adir / HELD_OUT_FILE, layers, target.name)
     held_answers, held_feats = merge_held_out(prev_answers, prev_feats, ans_eval, f_eval, config.held_out_keep)
     in_sample = not held_answers
@@ -616,7 +619,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
                                                      "grown": len(added), "evicted": len(evicted),
                                                      "tokens_per_pass": report["tokens_per_pass"]}})
         meta.pop("date", None)
-        write_artifact(tmp, head, vocab, chain, meta, store_dtype="fp32")
+        write_artifact(tmp, head, vocab, chain, meta, store_dtype="fp32", chain_p=chain_p)
         version = profile.heads.publish(tmp, {"adapter_cycle": cycle_no, "rows": len(vocab),
                                               "capacity": vocab.capacity, "row_budget": budget,
                                               "tokens_per_pass": report["tokens_per_pass"]})

@@ -27,8 +27,9 @@ Contract:
   context (measured: the first fine-tune loss was 13.2 nats, and the original
   domain's tokens per pass fell 9%). A row with no such position gets a zero
   weight and the lowest live bias.
-- `merge_chain(old, new, keep_ids, width)` combines an existing phrase-chain
-  table with one mined from new answers, dropping links to rows that changed.
+- `merge_chain(old, new, changed, width, old_p, new_p)` -> (chain, chain_p) combines an
+  existing phrase-chain table with one mined from new answers, dropping links to rows that
+  changed, and keeps each link's probability (the runtime drafts best-first by them).
 """
 from __future__ import annotations
 
@@ -236,24 +237,36 @@ def apply(head, vocab, plan_: Plan, table, now: float, log: ChangeLog | None = N
     return added, evicted
 
 
-def merge_chain(old: torch.Tensor | None, new: torch.Tensor, changed: Iterable[int], width: int) -> torch.Tensor:
-    """New links first, then old ones still valid; links from or to `changed` rows are dropped from `old`."""
+def merge_chain(old: torch.Tensor | None, new: torch.Tensor, changed: Iterable[int], width: int,
+                old_p: torch.Tensor | None = None, new_p: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """New links first, then old ones still valid; links from or to `changed` rows are dropped from `old`.
+
+    Returns (Long [cap, width] chain, Float [cap, width] P(next row | row)). A link keeps the probability
+    of the table it came from; old links of a table without probabilities get 1/width (best-first
+    drafting skips links of probability 0, so they must not be 0).
+    """
     cap = new.shape[0]
     out = torch.full((cap, width), -1, dtype=torch.long)
+    probs = torch.zeros((cap, width))
     bad = set(int(c) for c in changed)
     for a in range(cap):
         seen: list[int] = []
-        for b in new[a].tolist():
+        ps: list[float] = []
+        for j, b in enumerate(new[a].tolist()):
             if b >= 0 and b not in seen:
                 seen.append(b)
+                ps.append(float(new_p[a, j]) if new_p is not None else 1.0 / width)
         if old is not None and a < old.shape[0] and a not in bad:
-            for b in old[a].tolist():
+            for j, b in enumerate(old[a].tolist()):
                 if b >= 0 and b not in bad and b not in seen:
                     seen.append(b)
-        seen = seen[:width]
+                    ps.append(float(old_p[a, j]) if old_p is not None and a < old_p.shape[0] else 1.0 / width)
+        seen, ps = seen[:width], ps[:width]
         if seen:
             out[a, : len(seen)] = torch.tensor(seen)
-    return out
+            probs[a, : len(ps)] = torch.tensor(ps)
+    return out, probs
 
 
 __all__ = ["ChangeLog", "GrowConfig", "Plan", "apply", "candidate_gains", "mean_trunk_init", "merge_chain",

@@ -103,6 +103,10 @@ def test_cycle_grows_finetunes_and_publishes(adapt_profile, tiny_llama):
     # the user's phrases are rows now, initialised and chained
     assert any("quarterly report" in (r.text or "") for r in art.vocab.rows if r is not None)
     assert art.extra["chain"].shape[0] == art.vocab.capacity
+    # with its probabilities, so the runtime keeps drafting best-first (the base had none: 1/width)
+    chain, chain_p = art.extra["chain"], art.extra["chain_p"].float()
+    assert chain_p.shape == chain.shape
+    assert ((chain_p > 0) == (chain >= 0)).all() and (chain_p <= 1).all()
     tpp = rep["tokens_per_pass"]
     assert all(tpp[k] is not None for k in ("user_before", "user_after", "anchor_before", "anchor_after"))
     assert rep["eval_answers"] == 2 and rep["train_answers"] == 6 and not rep["eval_in_sample"]

@@ -88,5 +88,16 @@ def test_observe_usage_credits_rows_and_decay():
 def test_merge_chain_drops_links_of_changed_rows():
     old = torch.tensor([[1, 2], [2, -1], [0, -1]])
     new = torch.tensor([[-1, -1], [0, -1], [-1, -1], [1, -1]])
-    m = merge_chain(old, new, changed={2}, width=2)
+    m, p = merge_chain(old, new, changed={2}, width=2)
     assert m.tolist() == [[1, -1], [0, -1], [-1, -1], [1, -1]]
+    assert p.tolist() == [[0.5, 0.0], [0.5, 0.0], [0.0, 0.0], [0.5, 0.0]]   # no probabilities given: 1/width
+
+
+def test_merge_chain_keeps_each_links_probability():
+    old = torch.tensor([[1, 2], [2, -1]])
+    old_p = torch.tensor([[0.75, 0.25], [1.0, 0.0]])
+    new = torch.tensor([[3, -1], [-1, -1], [-1, -1], [-1, -1]])
+    new_p = torch.tensor([[0.9, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    m, p = merge_chain(old, new, changed=set(), width=2, old_p=old_p, new_p=new_p)
+    assert m.tolist() == [[3, 1], [2, -1], [-1, -1], [-1, -1]]
+    assert torch.allclose(p, torch.tensor([[0.9, 0.75], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))

@@ -87,8 +87,9 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
     distill(target, prompts, answers_path,
             DistillConfig(config.gen_batch, config.max_new_tokens, feature_layers=tuple(config.feature_layers)),
             progress=log.progress)
-    keys = {k for k, _ in prompts}
-    answers = [a for a in load_answers(answers_path) if a.key in keys]
+    order = {k: i for i, (k, _) in enumerate(prompts)}   # prompt order, whatever order they were generated in
+    answers = sorted((a for a in load_answers(answers_path) if a.key in order), key=lambda a: order[a.key])
+    keys = set(order)
     seqs = [a.answer_ids for a in answers]
     n_tok = sum(map(len, seqs))
     log.say(f"answers: {len(answers)} ({n_tok} tokens)")

@@ -7,6 +7,8 @@ their outputs (in config.workdir, default runtime.fetch.cache_dir()/train/<targe
   (c) features: kept from the generation (answers-feat-*.safetensors) when it stored
       the layers the head reads, else features-<h>.safetensors by prefill (adapt.features)
   (d)+(e) the trained head written with its vocabulary and chain table (adapt.train)
+With `distill_only` it stops after (a) and returns the answers file: held-out answers for
+scripts/tune_drafter.py are distilled this way, never trained on.
 A stage whose output exists for the same inputs is skipped, so rerunning the same
 command after an interruption continues where it stopped.
 """
@@ -46,6 +48,7 @@ class TrainConfig:
     workdir: str | None = None
     out: str | None = None           # artifact path (default: <workdir>/head-<hash>.safetensors)
     threads: int = 0                 # torch threads (0: leave torch's default)
+    distill_only: bool = False       # stop after stage (a) and return the answers file
 
 
 def _hash(obj) -> str:
@@ -87,6 +90,9 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
     distill(target, prompts, answers_path,
             DistillConfig(config.gen_batch, config.max_new_tokens, feature_layers=tuple(config.feature_layers)),
             progress=log.progress)
+    if config.distill_only:
+        log.say(f"answers: {answers_path} (distill only)")
+        return answers_path
     order = {k: i for i, (k, _) in enumerate(prompts)}   # prompt order, whatever order they were generated in
     answers = sorted((a for a in load_answers(answers_path) if a.key in order), key=lambda a: order[a.key])
     keys = set(order)

@@ -4,7 +4,8 @@ Contract: flags map one-to-one onto adapt.pipeline.TrainConfig (frozen); the
 stages (distil, mine, features, train, write) are resumable in the work
 directory, so rerunning the same command continues an interrupted build.
 `--data FILE[:START:STOP]` may repeat (0-based record range; default the first
-1,000 GSM8K-train questions). Prints the artifact path (or JSON with --json).
+1,000 GSM8K-train questions). Prints the artifact path (or JSON with --json); with
+--distill-only it stops after the answers and prints their file.
 torch is imported inside `run` only.
 """
 from __future__ import annotations
@@ -47,6 +48,8 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--workdir", default=None, help="stage outputs (default: user cache dir /train/<target>)")
     p.add_argument("--out", default=None, help="artifact path")
+    p.add_argument("--distill-only", action="store_true",
+                   help="stop after distilling the answers (e.g. held-out ones for scripts/tune_drafter.py)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
@@ -60,15 +63,19 @@ def config_from_args(args: argparse.Namespace):
         chain_width=args.chain_width, layers=tuple(int(x) for x in args.layers.split(",")),
         feature_layers=tuple(int(x) for x in args.feature_layers.split(",")), inner=args.inner,
         width=args.width, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
-        store_dtype=args.store_dtype, workdir=args.workdir, out=args.out, threads=args.threads)
+        store_dtype=args.store_dtype, workdir=args.workdir, out=args.out, threads=args.threads,
+        distill_only=args.distill_only)
 
 
 def run(args: argparse.Namespace) -> int:
     from adapt.pipeline import run_pipeline
     from runtime.head import load_artifact
 
-    out = run_pipeline(config_from_args(args))
-    if args.json:
+    config = config_from_args(args)
+    out = run_pipeline(config)
+    if config.distill_only:
+        print(json.dumps({"answers": str(out)}) if args.json else out)
+    elif args.json:
         art = load_artifact(out)
         print(json.dumps({"artifact": str(out), **art.meta}, default=str))
     else:

@@ -18,6 +18,7 @@ def test_flags_map_onto_frozen_config():
     assert isinstance(cfg, TrainConfig)
     assert cfg.rows == 123 and cfg.layers == (-1, 12)
     assert cfg.sources == (("x.jsonl", 5, 9), ("y.jsonl", 0, 10 ** 9))
+    assert not cfg.distill_only and config_from_args(build_parser().parse_args(["train", "--distill-only"])).distill_only
 
 
 def test_train_help_does_not_import_torch():
@@ -43,3 +44,17 @@ def test_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     logs.clear()
     run_pipeline(cfg, log)                      # every stage resumes from the work directory
     assert any("cached" in m for m in logs)
+
+
+def test_distill_only_stops_after_the_answers(tiny_llama_dir, tmp_path):
+    from adapt.distill import load_answers
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"question": q}) + "\n" for q in ["What is 2 + 3?", "Say hello."]))
+    work = tmp_path / "work"
+    cfg = TrainConfig(target=str(tiny_llama_dir), sources=((str(data), 0, 2),), max_new_tokens=8, gen_batch=2,
+                      feature_layers=(-1, 1), workdir=str(work), out=str(tmp_path / "head.safetensors"), distill_only=True)
+    log = type("L", (), {"progress": staticmethod(lambda *a: None), "say": staticmethod(lambda m: None)})()
+    out = run_pipeline(cfg, log)
+    assert out == work / "answers.jsonl" and sorted(a.key for a in load_answers(out)) == ["prompts:0", "prompts:1"]
+    assert not (tmp_path / "head.safetensors").exists() and not list(work.glob("vocab-*"))

@@ -192,8 +192,10 @@ def format_table(report: dict) -> str:
     lines = [f"{report['target']} {report['dtype']} on {report['device']} ({report['machine']})",
              f"{'method':8} {'tok/pass':>9} {'tok/s':>8} {'vs hf':>7} {'exact':>7}"]
     for m, s in report["methods"].items():
-        lines.append(f"{m:8} {s['tokens_per_pass']:9.2f} {s['tokens_per_second']:8.2f} "
-                     f"{s.get('speedup_vs_hf', float('nan')):6.2f}x {s.get('exact_match_vs_hf', float('nan')):7.2f}")
+        # without hf in the run there is nothing to compare with: "-", not "nanx"
+        vs = f"{s['speedup_vs_hf']:6.2f}x" if "speedup_vs_hf" in s else f"{'-':>7}"
+        ex = f"{s['exact_match_vs_hf']:7.2f}" if "exact_match_vs_hf" in s else f"{'-':>7}"
+        lines.append(f"{m:8} {s['tokens_per_pass']:9.2f} {s['tokens_per_second']:8.2f} {vs} {ex}")
     split = {m: s["ms_per_pass"] for m, s in report["methods"].items() if s.get("ms_per_pass")}
     if split:
         stages = tuple(p for p in PHASES if p != "prefill") + ("other",)

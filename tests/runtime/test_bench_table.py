@@ -1,0 +1,23 @@
+"""runtime.bench.format_table: the printed summary of a bench report."""
+from runtime.bench import format_table
+
+
+def _report(methods: dict) -> dict:
+    return {"target": "t", "dtype": "fp32", "device": "cpu", "machine": "m", "methods": methods}
+
+
+def test_table_without_hf_prints_a_dash_not_nan():
+    out = format_table(_report({"greedy": {"tokens_per_pass": 1.0, "tokens_per_second": 12.0},
+                                "phrase": {"tokens_per_pass": 1.5, "tokens_per_second": 10.0}}))
+    rows = out.splitlines()[2:]
+    assert "nan" not in out
+    assert rows[0].split() == ["greedy", "1.00", "12.00", "-", "-"]
+    assert rows[1].split() == ["phrase", "1.50", "10.00", "-", "-"]
+
+
+def test_table_with_hf_prints_ratios():
+    out = format_table(_report({"hf": {"tokens_per_pass": 1.0, "tokens_per_second": 8.0, "speedup_vs_hf": 1.0,
+                                       "exact_match_vs_hf": 1.0},
+                                "phrase": {"tokens_per_pass": 2.5, "tokens_per_second": 12.0, "speedup_vs_hf": 1.5,
+                                           "exact_match_vs_hf": 0.8}}))
+    assert out.splitlines()[3].split() == ["phrase", "2.50", "12.00", "1.50x", "0.80"]

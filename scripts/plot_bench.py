@@ -6,7 +6,6 @@ usage: python scripts/plot_bench.py OUT.png REPORT.json [REPORT.json ...]
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -48,4 +47,10 @@ def main(out: str, reports: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", help="PNG to write")
+    ap.add_argument("reports", nargs="+", help="`assistant bench --json` reports")
+    args = ap.parse_args()
+    main(args.out, args.reports)

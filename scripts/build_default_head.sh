@@ -4,9 +4,10 @@
 # The one documented command (see docs/training.md). Every stage is resumable: rerun it after an
 # interruption and it continues (work files in the user cache dir, <cache>/train/SmolLM2-135M-Instruct/).
 # Environment overrides: DATA (folder of the shared data sets), QUESTIONS (GSM8K-train questions
-# distilled), ARENA (arena_hard_prompts lines 0..ARENA-1 distilled too, for open chat; 0: maths only;
-# lines 400-499 stay out: they are the simulated user's future in BENCHMARKS' issue-5 runs), ROWS (draft-vocabulary rows), HELD_OUT (answers after the training ones used to pick the
-# tree shape, default 40; 0 skips that step). Extra arguments go to `assistant train` and win over the
+# distilled), ARENA (arena_hard_prompts lines 0..ARENA-1 distilled too, for open chat; 0: maths
+# only; keep it <= 400: lines 400-499 are the simulated user's future in BENCHMARKS' issue-5 runs),
+# ROWS (draft-vocabulary rows), HELD_OUT (answers after the training ones used to pick the tree
+# shape, default 40; 0 skips that step). Extra arguments go to `assistant train` and win over the
 # shipped flags (scripts/head_sweep.sh trains its other sizes this way).
 # Then scripts/tune_drafter.py picks the tree shape (top_k, chain depth/width) on the held-out answers
 # that follow the training ones, when the cache has them (a run with QUESTIONS+HELD_OUT distilled them),
@@ -19,6 +20,8 @@ ARENA="${ARENA:-400}"
 ROWS="${ROWS:-4000}"
 HELD_OUT="${HELD_OUT:-40}"
 OUT=runtime/data/heads/SmolLM2-135M-Instruct.safetensors
+chat=()
+[ "$ARENA" -gt 0 ] && chat=(--data "$DATA/arena_hard_prompts.jsonl:0:$ARENA")
 prev=""
 for arg in "$@"; do   # the artifact path, so that the tuning step below finds it
     case "$arg" in --out=*) OUT="${arg#--out=}";; esac
@@ -28,7 +31,7 @@ done
 .venv/bin/assistant train \
   --target default --dtype fp32 \
   --data "$DATA/gsm8k_train.jsonl:0:$QUESTIONS" \
-  $( [ "$ARENA" -gt 0 ] && echo --data "$DATA/arena_hard_prompts.jsonl:0:$ARENA" ) \
+  "${chat[@]}" \
   --max-new-tokens 256 --gen-batch 32 \
   --rows "$ROWS" --max-words 3 --chain-width 4 \
   --layers=-1 --feature-layers=-1,8,16,24 \

@@ -186,14 +186,11 @@ def _subset(features, keep_seq: list[int]):
     return Features(features.feats[mask], features.roots[mask], seq, features.pos[mask], features.layers)
 
 
-def _drafter(head, vocab, chain, chain_p, meta, emb_module):
-    """The drafter the runtime builds for this head (PhraseDrafter.from_artifact: the tree shape stored in
-    `meta`, best-first by the chain probabilities) with prompt lookup, so a cycle judges what will run."""
+def _drafter(art, emb_module):
+    """The drafter the runtime builds for this artifact (PhraseDrafter.from_artifact: its stored tree
+    shape, best-first by the chain probabilities) with prompt lookup, so a cycle judges what will run."""
     from runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
-    from runtime.head import Artifact
 
-    extra = {k: v for k, v in (("chain", chain), ("chain_p", chain_p)) if v is not None}
-    art = Artifact(head=head, vocab=vocab, meta=meta, extra=extra)
     return UnionDrafter(PhraseDrafter.from_artifact(art, emb_module), PromptLookupDrafter())
 
 
@@ -465,7 +462,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     from adapt.replay import ReplayBuffer
     from adapt.train import write_artifact
     from runtime.defaults import shipped_head
-    from runtime.head import load_artifact
+    from runtime.head import Artifact, load_artifact
     t_start = time.time()
     state = read_state(profile.path)
     cycle_no = _count(state, "cycles") + 1
@@ -528,12 +525,7 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     on_stage("grow")
     pause()
     now = clock()
-    old_head, old_vocab = art.head, art.vocab
-    orig_chain = art.extra.get("chain")
-    orig_chain = orig_chain.long() if orig_chain is not None else None
-    orig_chain_p = art.extra.get("chain_p")
-    old_chain, old_chain_p = orig_chain, orig_chain_p
-    head, vocab = copy.deepcopy(old_head), copy.deepcopy(old_vocab)
+    head, vocab = copy.deepcopy(art.head), copy.deepcopy(art.vocab)
     budget = profile.config.row_budget
     seqs_new = _Paced([a.answer_ids for a in ans_train], pause)
     observe_usage(vocab, seqs_new, now)
@@ -552,8 +544,8 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     added, evicted = apply(head, vocab, the_plan, table, now, vlog, cycle_no, init_fn)
     pause()
     new_chain, new_chain_p = chain_table(seqs_window, vocab, config.chain_width, with_probs=True)
-    chain, chain_p = merge_chain(old_chain, new_chain, set(added) | set(evicted), config.chain_width,
-                                 old_p=old_chain_p, new_p=new_chain_p)
+    chain, chain_p = merge_chain(art.extra.get("chain"), new_chain, set(added) | set(evicted), config.chain_width,
+                                 old_p=art.extra.get("chain_p"), new_p=new_chain_p)
 
     # 5: fine-tune
     on_stage("finetune")
@@ -572,8 +564,9 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     on_stage("check")
     pause()
     anchor_answers, anchor_feats, anchor_info = ensure_anchor(adir, target, layers, art.meta, config, pause)
-    before_d = _drafter(old_head, old_vocab, orig_chain, orig_chain_p, art.meta, emb_module)
-    after_d = _drafter(head, vocab, chain, chain_p, art.meta, emb_module)
+    before_d = _drafter(art, emb_module)
+    after_d = _drafter(Artifact(head=head, vocab=vocab, meta=art.meta, extra={"chain": chain, "chain_p": chain_p}),
+                       emb_module)
     prev_answers, prev_feats = load_held_out(adir / HELD_OUT_FILE, layers, target.name)
     held_answers, held_feats = merge_held_out(prev_answers, prev_feats, ans_eval, f_eval, config.held_out_keep)
     in_sample = not held_answers

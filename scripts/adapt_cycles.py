@@ -50,9 +50,7 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
     emb = target.model.get_input_embeddings()
 
     def tpp(art) -> float:
-        chain = art.extra.get("chain")
-        d = C._drafter(art.head, art.vocab, chain.long() if chain is not None else None, art.extra.get("chain_p"),
-                       art.meta, emb)
+        d = C._drafter(art, emb)
         return C._tpp(d, held, feats, width, lambda: None)
 
     base = tpp(shipped)

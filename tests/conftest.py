@@ -54,3 +54,13 @@ def smol_tokenizer():
     from runtime.fetch import ensure_default_model
 
     return AutoTokenizer.from_pretrained(ensure_default_model())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked gpu run only where torch sees a CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from runtime import costmodel
 from runtime.costmodel import VerifyPlan, calibrate, choose, expected_tokens_per_pass, verify_costs
@@ -55,3 +56,37 @@ def test_calibrate_caches_per_machine(tmp_path, monkeypatch):
     assert len(calls) == 6
     calibrate(t, 16, refresh=True)
     assert len(calls) == 8 and "measured" in json.loads(f.read_text())
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def _table_script(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "verify_cost_table.py"), *args],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_gpu_table_script_runs_its_whole_path_on_a_tiny_qwen3(tmp_path):
+    """scripts/verify_cost_table.py --smoke: build, save, reload per dtype, time, tabulate (issue 3's GPU table)."""
+    out = tmp_path / "t.json"
+    p = _table_script("--smoke", "--widths", "1,4,16", "--repeats", "1", "--json", str(out))
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert set(data["results"]) == {"fp32", "bf16"}
+    for r in data["results"].values():
+        assert set(r["seconds"]) == {"1", "4", "16"} and all(s > 0 for s in r["seconds"].values())
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| w | fp32 t(w)/t(1) | bf16 t(w)/t(1) |"
+    assert rows[1] == "| 1 | 1.00 | 1.00 |" and rows[3].startswith("| 16 | ")
+
+
+def test_gpu_table_script_refuses_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    p = _table_script()
+    assert p.returncode == 2 and "no CUDA device here" in p.stderr and p.stdout == ""

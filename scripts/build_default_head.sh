@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${DATA:-/work/shared/data}"
-QUESTIONS="${QUESTIONS:-752}"
+QUESTIONS="${QUESTIONS:-1500}"
 ARENA="${ARENA:-400}"
 ROWS="${ROWS:-4000}"
 HELD_OUT="${HELD_OUT:-40}"

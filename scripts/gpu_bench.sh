@@ -25,7 +25,8 @@ install() {   # the carried wheels, without their dependencies (the image has th
 case "${1:-}" in
 table)
     install .device/table/*.whl
-    "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider tests/runtime/test_gpu.py 2>&1 | tee "$OUT/gpu-tests.log"
+    "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider tests/runtime/test_gpu.py 2>&1 | tee "$OUT/gpu-tests.log" ||
+        echo "gpu_bench: GPU tests failed (gpu-tests.log); the table runs anyway" >&2
     "$PY" scripts/verify_cost_table.py --json "$OUT/verify-table.json" | tee "$OUT/verify-table.md"
     ;;
 stash)

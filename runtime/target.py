@@ -113,9 +113,9 @@ def load_target(spec: str = "default", dtype: str = "fp32", device: str = "auto"
         name = Path(spec).name if os.path.isdir(spec) else spec
         if not os.path.isdir(spec) and os.path.sep in spec and not spec.count("/") == 1:
             raise ModelFetchError(f"model directory not found: {spec}")
+    model = load_model(path, dtype, dev, spec)      # first: it refuses a dtype the device cannot run
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
         raise ModelFetchError(f"cannot load model {spec!r}: {_first_line(e)}") from e
-    model = load_model(path, dtype, dev, spec)
     return Target(model=model, tokenizer=tokenizer, name=name, dtype=dtype, device=dev)

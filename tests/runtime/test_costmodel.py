@@ -1,5 +1,9 @@
 """runtime.costmodel: the (layout, width) choice, its cache, and the target left as it came."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,14 +62,10 @@ def test_calibrate_caches_per_machine(tmp_path, monkeypatch):
     assert len(calls) == 8 and "measured" in json.loads(f.read_text())
 
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _table_script(*args: str):
-    import os
-    import subprocess
-    import sys
-
     return subprocess.run([sys.executable, str(REPO / "scripts" / "verify_cost_table.py"), *args],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -33,3 +33,10 @@ def test_refusals_are_one_line(checkpoint, tmp_path):
     with pytest.raises(ModelFetchError, match="cannot load model") as e:
         load_model(str(tmp_path / "empty"), "fp32", CPU)
     assert "\n" not in str(e.value)
+
+
+def test_load_target_refuses_int8_on_the_cpu_before_any_tokenizer_io(checkpoint):
+    from runtime.target import load_target
+
+    with pytest.raises(ModelFetchError, match="int8 .* needs a CUDA device"):
+        load_target(checkpoint, "int8", "cpu")      # the checkpoint has no tokenizer: that error would come later

@@ -28,6 +28,7 @@ class SessionConfig:
     system_prompt: str = ""
     head_path: str | None = None     # a head artifact; None = shipped default for the target
     max_context: int | None = None   # tokens; None = the model's own limit
+    engine: str = "auto"             # auto | eager | compiled (runtime.engine; auto: the measured faster here)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Session:
     on_loaded: list[Callable[["Session"], None]] = field(default_factory=list, repr=False)
     width: int = 0                                          # verify width in use (set by load)
     width_ctl: Any = None                                   # runtime.width.WidthController (auto width)
+    engine: Any = None                                      # runtime.engine engine the answers run on
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -67,13 +69,15 @@ class Session:
         self.target = load_target(self.config.target, self.config.dtype, self.config.device, progress)
         self.swap_head(self.config.head_path)
         self.width = self.config.tree_width
-        if self.config.auto_width and self.config.method == "phrase":
-            from runtime.costmodel import apply_plan, calibrate
+        from runtime.costmodel import apply_plan, pick_engine
 
+        layers = tuple(getattr(self.drafter, "feature_layers", (-1,)))
+        self.engine, plan = pick_engine(self.target, self.config.tree_width, progress, kind=self.config.engine,
+                                        max_len=self.config.max_context, feature_layers=layers)
+        apply_plan(self.target, plan)
+        if self.config.auto_width and self.config.method == "phrase":
             from runtime.width import WidthController
 
-            plan = calibrate(self.target, self.config.tree_width, progress)
-            apply_plan(self.target, plan)
             self.width = plan.width
             # one controller for the session: the width follows what the head banks on this user's text
             self.width_ctl = WidthController(plan.costs[plan.layout], self.config.tree_width)
@@ -122,9 +126,10 @@ class Session:
         with self._lock:
             drafter = self.drafter
         if self.config.method == "greedy":
-            steps = greedy_generate(self.target, ids, cfg, cancel)
+            steps = greedy_generate(self.target, ids, cfg, cancel, engine=self.engine)
         else:
-            steps = speculative_generate(self.target, ids, drafter, cfg, cancel, width=self.width_ctl)
+            steps = speculative_generate(self.target, ids, drafter, cfg, cancel, width=self.width_ctl,
+                                         engine=self.engine)
         return self._marked_busy(steps)
 
     def _marked_busy(self, steps: Iterator[Any]) -> Iterator[Any]:
@@ -136,6 +141,7 @@ class Session:
     def info(self) -> dict[str, Any]:
         t = self.target
         out = {"target": self.config.target, "dtype": self.config.dtype, "method": self.config.method,
+               "engine": getattr(self.engine, "name", None),
                "tree_width": (self.width_ctl.best() if self.width_ctl is not None
                               else self.width or self.config.tree_width)}
         if t is not None:

@@ -25,6 +25,7 @@ from runtime.width import WidthController
 from runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
+LLAMACPP = {"llamacpp": "BF16", "llamacpp_q4": "Q4_1"}    # method -> GGUF of the same weights (runtime.llamacpp)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class BenchConfig:
     ignore_eos: bool = False
     layout: str = "out"            # runtime.layout of the weights for greedy and phrase (hf, pld: as loaded)
     width_costs: tuple[tuple[int, float], ...] = ()   # (w, seconds): phrase picks its width online (runtime.width)
+    engine: str = "eager"          # runtime.engine that greedy and phrase run on (hf, pld: transformers' eager generate)
 
 
 class PassCounter:
@@ -87,6 +89,15 @@ def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter,
     return toks, [], stats
 
 
+def _llamacpp(build, method: str, target, ids: list[int], cfg: BenchConfig) -> tuple[list[int], float, int]:
+    """(tokens, seconds of prompt + decode as llama.cpp times them, forward passes) of llama.cpp's plain
+    greedy decode of the same prompt tokens; its text is tokenized back with the target's tokenizer."""
+    text, seconds, passes = build.generate(LLAMACPP[method], ids, target.tokenizer, cfg.max_new_tokens,
+                                           ignore_eos=cfg.ignore_eos)
+    toks = target.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+    return list(toks)[:cfg.max_new_tokens], seconds, passes
+
+
 def _layout_for(method: str, cfg: BenchConfig) -> str:
     """hf and pld run on the weights as loaded; our loops on the configured layout."""
     return "out" if method in ("hf", "pld") else cfg.layout
@@ -100,8 +111,10 @@ def first_divergence(ref: Sequence[int], out: Sequence[int]) -> int | None:
 
 
 def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Benchmark `cfg.methods` on `prompts` ([{id, prompt}]); see the module docstring."""
+              progress: Callable[[str], None] | None = None, engine=None, llamacpp=None) -> dict[str, Any]:
+    """Benchmark `cfg.methods` on `prompts` ([{id, prompt}]); see the module docstring. greedy and
+    phrase run on `engine` (runtime.engine; None: eager); the llamacpp methods on `llamacpp`
+    (runtime.llamacpp.Build; methods without a build are dropped by the caller)."""
     counter = PassCounter(target.model)
     rows: list[dict[str, Any]] = []
     hist: dict[str, Counter] = {m: Counter() for m in cfg.methods}
@@ -113,16 +126,27 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
         warm = target.encode_chat([{"role": "user", "content": "Hi"}])
         warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width, layout=cfg.layout)
         for m in cfg.methods:
+            if m in LLAMACPP:
+                _llamacpp(llamacpp, m, target, warm, warm_cfg)
+                continue
             set_layout(target.model, _layout_for(m, cfg))
-            _run_one(m, target, warm, warm_cfg, drafter)
+            _run_one(m, target, warm, warm_cfg, drafter, engine=engine)
         for pi, p in enumerate(prompts):
             ids = target.encode_chat([{"role": "user", "content": p["prompt"]}])
             ref, margins = None, []
             for m in cfg.methods:
+                if m in LLAMACPP:
+                    toks, dt, passes = _llamacpp(llamacpp, m, target, ids, cfg)
+                    rows.append({"id": p["id"], "method": m, "new_tokens": len(toks), "forward_passes": passes,
+                                 "seconds": dt, "tokens": toks, "prompt_tokens": len(ids), "tree_sizes": {}})
+                    if progress:
+                        progress(f"prompt {pi + 1}/{len(prompts)} {m}: {len(toks)} tokens, {len(toks) / dt:.1f} tok/s")
+                    continue
                 set_layout(target.model, _layout_for(m, cfg))
                 counter.n = 0
                 t0 = time.perf_counter()
-                toks, mg, stats = _run_one(m, target, ids, cfg, drafter, width if m == "phrase" else None)
+                toks, mg, stats = _run_one(m, target, ids, cfg, drafter, width if m == "phrase" else None,
+                                           engine=engine)
                 dt = time.perf_counter() - t0
                 hist[m].update(stats.accepted_hist)
                 phases[m].update(stats.phases)
@@ -183,13 +207,26 @@ def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict
         "machine": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": {"max_new_tokens": cfg.max_new_tokens, "tree_width": cfg.tree_width, "methods": list(cfg.methods),
-                   "layout": cfg.layout},
+                   "layout": cfg.layout, "engine": cfg.engine},
+        "cpu_flags": cpu_flags(),
         "methods": methods, "divergences": divergences, "per_prompt": rows,
     }
 
 
+def cpu_flags() -> str:
+    """The /proc/cpuinfo flags that decide CPU speed here: native bf16 and AMX (or "n/a")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return "n/a"
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+    return " ".join(f for f in wanted if f in flags) or "none of " + ",".join(wanted)
+
+
 def format_table(report: dict) -> str:
-    lines = [f"{report['target']} {report['dtype']} on {report['device']} ({report['machine']})",
+    lines = [f"{report['target']} {report['dtype']} on {report['device']} ({report['machine']}; "
+             f"engine {report.get('config', {}).get('engine', 'eager')}; cpu flags: {report.get('cpu_flags', 'n/a')})",
              f"{'method':8} {'tok/pass':>9} {'tok/s':>8} {'vs hf':>7} {'exact':>7}"]
     for m, s in report["methods"].items():
         # without hf in the run there is nothing to compare with: "-", not "nanx"

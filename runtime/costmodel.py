@@ -8,7 +8,9 @@ E(w) = 1 + 0.55 ln w: tokens per pass of the phrase drafter measured on GSM8K te
 prompts with 3, 5, 8 and 16 nodes (1.58, 1.88, 2.18, 2.5). `calibrate(target, cap)`
 does both once per model, dtype, device and machine, caches the measurement as JSON
 under the user cache directory, and returns a `VerifyPlan`; `apply_plan` puts the
-target in the plan's layout. Why measure: on one 2-core CPU a 16-node verify cost
+target in the plan's layout. Each engine (runtime.engine) has its own measurement;
+`pick_engine(target, kind="auto")` builds the compiled engine and keeps whichever engine
+expects more tokens per second, so "auto" is decided by the same cached numbers. Why measure: on one 2-core CPU a 16-node verify cost
 x1.7 of a 1-token forward, on another x3.6 (w=3 cost x1.1 there), and the [in, out]
 layout cut fp32's x3.0 to x1.75 but was slower in bf16, so no fixed choice is right.
 The target is left in the layout it came in.
@@ -45,31 +47,35 @@ def expected_tokens_per_pass(width: int) -> float:
 
 @torch.inference_mode()
 def verify_costs(target, widths: Sequence[int] = WIDTHS, layout: str | None = None, prefix: int = 128,
-                 repeats: int = 5) -> dict[int, float]:
-    """{width: median seconds of one verify forward} in `layout` (None: as the target is)."""
-    from runtime.decode import prefill, verify
+                 repeats: int = 5, engine=None) -> dict[int, float]:
+    """{width: median seconds of one verify forward} in `layout` (None: as the target is) on `engine`
+    (runtime.engine; None: eager). A compiled engine is measured in its own layout only."""
+    from runtime.engine import EagerEngine
     from runtime.tree import build_tree
 
+    engine = engine or EagerEngine(target.model)
     before = layout_of(target.model)
-    if layout is not None:
+    if layout is not None and engine.name == "eager":
         set_layout(target.model, layout)
     try:
         vocab = int(target.model.config.vocab_size)
         lo, hi = min(100, vocab // 4), min(1000, vocab)
         ids = [int(t) for t in torch.randint(lo, hi, (prefix,), generator=torch.Generator().manual_seed(0))]
-        cache, root, _ = prefill(target.model, ids, ())
+        cache = engine.new_cache(prefix + max(widths) + 1)
+        root, _ = engine.prefill(cache, ids, ())
         costs: dict[int, float] = {}
         for w in widths:
             tree = build_tree(root, [[lo + i % (hi - lo) for i in range(w - 1)]])
             samples = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                verify(target.model, cache, tree, prefix, hidden=False)
+                engine.verify(cache, tree, prefix, ())
                 samples.append(time.perf_counter() - t0)
-                cache.crop(prefix - cache.get_seq_length())   # drop the tree's w positions again
+                engine.commit(cache, prefix, [])          # drop the tree's w positions again
             costs[w] = sorted(samples)[len(samples) // 2]
     finally:
-        set_layout(target.model, before)
+        if engine.name == "eager":
+            set_layout(target.model, before)
     return costs
 
 
@@ -79,8 +85,8 @@ def choose(costs: dict[str, dict[int, float]], cap: int = max(WIDTHS)) -> tuple[
     return max(options, key=lambda o: expected_tokens_per_pass(o[1]) / costs[o[0]][o[1]])
 
 
-def _key(target) -> str:
-    return f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{torch.get_num_threads()}t"
+def _key(target, engine: str = "eager") -> str:
+    return f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{torch.get_num_threads()}t-{engine}"
 
 
 def _read(path: Path) -> dict[str, dict[int, float]] | None:
@@ -93,28 +99,38 @@ def _read(path: Path) -> dict[str, dict[int, float]] | None:
         return None
 
 
-def layouts_for(target) -> tuple[str, ...]:
-    """Layouts worth measuring: both on a CPU (MKL repacks [out, in] weights); on a GPU the BLAS reads
-    either layout without a copy, and a re-stride would briefly need one more weight of device memory."""
-    return LAYOUTS if target.device.type == "cpu" else ("out",)
+def layouts_for(target, engine=None) -> tuple[str, ...]:
+    """Layouts worth measuring: all on a CPU (MKL repacks [out, in] weights; oneDNN packs once); on a
+    GPU the BLAS reads either layout without a copy, and a re-stride would briefly need one more
+    weight of device memory. A compiled engine runs in the one layout it was compiled for."""
+    from runtime.layout import packing_supported
+
+    if engine is not None and engine.name != "eager":
+        return (engine.layout,)
+    if target.device.type != "cpu":
+        return ("out",)
+    return LAYOUTS if packing_supported(target.model) else tuple(lay for lay in LAYOUTS if lay != "packed")
 
 
-def calibrate(target, cap: int = 16, progress=None, refresh: bool = False) -> VerifyPlan:
-    """The plan to use (width <= cap), from a cached or fresh measurement of this device; `refresh`
-    measures again (a measurement taken while the machine was busy would otherwise stick)."""
-    path = Path(cache_dir()) / "costmodel" / f"{_key(target)}.json"
+def calibrate(target, cap: int = 16, progress=None, refresh: bool = False, engine=None) -> VerifyPlan:
+    """The plan to use (width <= cap) on `engine` (None: eager), from a cached or fresh measurement of
+    this device; `refresh` measures again (a measurement taken while the machine was busy would
+    otherwise stick)."""
+    name = engine.name if engine is not None else "eager"
+    path = Path(cache_dir()) / "costmodel" / f"{_key(target, name)}.json"
     costs = None if refresh else _read(path)
     wanted = [w for w in WIDTHS if w <= max(cap, 1)]
-    layouts = layouts_for(target)
+    layouts = layouts_for(target, engine)
     if not costs or set(costs) != set(layouts) or any(max(c) < max(wanted) for c in costs.values()):
         if progress:
-            progress("measuring verify cost per tree width and weight layout (once per machine)", None)
-        costs = {lay: verify_costs(target, wanted, lay) for lay in layouts}
+            progress(f"measuring verify cost per tree width and weight layout on the {name} engine "
+                     "(once per machine)", None)
+        costs = {lay: verify_costs(target, wanted, lay, engine=engine) for lay in layouts}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        base = costs["out"][1]
+        base = costs[layouts[0]][1]
         relative = {lay: {w: round(s / base, 3) for w, s in c.items()} for lay, c in costs.items()}
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "costs": costs, "relative_to_out_w1": relative,
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "costs": costs, f"relative_to_{layouts[0]}_w1": relative,
                                    "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}))
         tmp.replace(path)
     layout, width = choose(costs, cap)
@@ -123,3 +139,35 @@ def calibrate(target, cap: int = 16, progress=None, refresh: bool = False) -> Ve
 
 def apply_plan(target, plan: VerifyPlan) -> None:
     set_layout(target.model, plan.layout)
+
+
+def expected_speed(plan: VerifyPlan) -> float:
+    """Expected tokens per second of the plan's (layout, width) choice, E(w) / t(w)."""
+    return expected_tokens_per_pass(plan.width) / plan.costs[plan.layout][plan.width]
+
+
+def pick_engine(target, cap: int = 16, progress=None, refresh: bool = False, kind: str = "auto",
+                max_len: int | None = None, feature_layers=(-1,)):
+    """(engine, plan): `kind` "eager" or "compiled", or "auto" = the one with the most expected tokens
+    per second on this device by the cached cost measurements of both (the compiled engine is built,
+    i.e. compiled, to measure it; a compiled engine that cannot be built is not a candidate)."""
+    from runtime.engine import make_engine
+
+    if kind not in ("auto", "eager", "compiled"):
+        raise ValueError(f"unknown engine {kind!r}: choose auto, eager or compiled")
+    eager = make_engine(target, "eager")
+    if kind == "eager":
+        return eager, calibrate(target, cap, progress, refresh)
+    before = layout_of(target.model)
+    compiled = make_engine(target, "compiled", feature_layers=feature_layers, max_len=max_len, progress=progress)
+    if compiled.name == "eager":          # fell back (the notice was printed)
+        set_layout(target.model, before)
+        return eager, calibrate(target, cap, progress, refresh)
+    plan_c = calibrate(target, cap, progress, refresh, engine=compiled)
+    if kind == "compiled":
+        return compiled, plan_c
+    plan_e = calibrate(target, cap, progress, refresh)
+    if expected_speed(plan_c) >= expected_speed(plan_e):
+        set_layout(target.model, compiled.layout)
+        return compiled, plan_c
+    return eager, plan_e

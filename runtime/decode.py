@@ -9,7 +9,10 @@ EOS, stop strings and max_new_tokens cut the run exactly where greedy decoding
 would stop, also in the middle of an accepted run. `cancel()` is polled between
 passes. `greedy_generate` is the plain one-token reference on the same cache code.
 A `runtime.width.WidthController` may pick each pass's tree width (<= max_nodes);
-the output never depends on it, only the time does.
+the output never depends on it, only the time does. The target's forwards run on a
+`runtime.engine` engine (eager by default, the reference); an engine whose cache is
+full for this answer (the budget's context) ends it with finish "length", never with a
+wrong token.
 
 KV cache invariant between passes: the cache holds every committed token except
 the last one (`root`, the pending bonus token), whose key/values are computed in
@@ -24,6 +27,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import torch
 
+from runtime.engine import EagerEngine
 from runtime.textstream import TextStream
 from runtime.tree import Tree, accept, build_tree
 from runtime.width import WidthController
@@ -98,66 +102,6 @@ class DecodeStats:
         return self.new_tokens / max(self.passes, 1)
 
 
-def _forward(model, ids: torch.Tensor, cache, position_ids: torch.Tensor | None = None,
-             mask: torch.Tensor | None = None, hidden: bool = False):
-    out = model(input_ids=ids, cache=cache, position_ids=position_ids, attention_mask=mask,
-                use_cache=True, output_hidden_states=hidden)
-    return out.logits[0], (out.hidden_states if hidden else None)
-
-
-def prefill(model, prompt_ids: Sequence[int], feature_layers: tuple[int, ...] = (-1,), chunk: int = 512):
-    """Run the prompt. Returns (cache, argmax after the prompt, features [L, H] of the last prompt token;
-    None when feature_layers is empty).
-
-    Long prompts go in chunks of `chunk` tokens so activations stay inside the memory
-    budget; only the last position's logits and hidden states are kept.
-    """
-    from transformers import DynamicCache
-
-    device = model.device
-    cache = DynamicCache(config=model.config)
-    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-    n = ids.shape[1]
-    for start in range(0, n, chunk):
-        last = start + chunk >= n
-        part = ids[:, start: start + chunk]
-        pos = torch.arange(start, start + part.shape[1], device=device)[None]
-        out = model(input_ids=part, cache=cache, position_ids=pos, use_cache=True, logits_to_keep=1,
-                    output_hidden_states=last and bool(feature_layers))
-    feats = torch.stack([out.hidden_states[i][0, -1] for i in feature_layers]) if feature_layers else None
-    return cache, int(out.logits[0, -1].argmax()), feats
-
-
-def verify(model, cache, tree: Tree, prefix_len: int, hidden: bool = True):
-    """One target forward over all tree nodes on top of the cache.
-
-    Returns argmax [q] (list of ints) and, when `hidden`, the hidden states
-    (tuple over layers of [1, q, H]).
-    """
-    device = model.device
-    ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
-    mask = tree.attention_mask(prefix_len, model.dtype, device)
-    logits, hs = _forward(model, ids, cache, tree.position_ids(prefix_len, device), mask, hidden=hidden)
-    return logits.argmax(-1).tolist(), hs
-
-
-def commit(cache, prefix_len: int, path: list[int]) -> int:
-    """Compact the cache to prefix + accepted path nodes; returns the new cached length."""
-    q = cache.get_seq_length() - prefix_len
-    if path == list(range(len(path))):
-        drop = q - len(path)
-        if drop:
-            cache.crop(-drop)
-    else:
-        device = cache.layers[0].keys.device
-        keep = torch.cat([torch.arange(prefix_len, device=device),
-                          prefix_len + torch.tensor(path, dtype=torch.long, device=device)])
-        for layer in cache.layers:
-            layer.keys = layer.keys.index_select(-2, keep)
-            layer.values = layer.values.index_select(-2, keep)
-    return prefix_len + len(path)
-
-
 def _emit(stream: TextStream, tokens: list[int], drafted: int, sources: list[int], t0: float, tree_size: int,
           phases: dict[str, float]) -> Step:
     kept, text = [], []
@@ -182,17 +126,19 @@ def _stream_for(target, config: DecodeConfig) -> TextStream:
 
 @torch.inference_mode()
 def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | None, config: DecodeConfig,
-                         cancel: Callable[[], bool] | None = None, width: WidthController | None = None
-                         ) -> Iterator[Step]:
+                         cancel: Callable[[], bool] | None = None, width: WidthController | None = None,
+                         engine=None) -> Iterator[Step]:
     """Yield one Step per target forward pass (see module docstring). `width` (runtime.width) picks
-    each pass's verify width, at most config.max_nodes; without it every pass uses config.max_nodes."""
-    model = target.model
+    each pass's verify width, at most config.max_nodes; without it every pass uses config.max_nodes.
+    `engine` (runtime.engine) runs the forwards; None: the eager reference."""
+    engine = engine or EagerEngine(target.model)
     layers = tuple(drafter.feature_layers) if drafter is not None else ()
     stream = _stream_for(target, config)
     if config.max_new_tokens <= 0:
         return
     t0 = time.perf_counter()
-    cache, root, feats = prefill(model, prompt_ids, layers)
+    cache = engine.new_cache(len(prompt_ids) + config.max_new_tokens + config.max_nodes)
+    root, feats = engine.prefill(cache, prompt_ids, layers)
     if width is not None:
         width.start_answer()
     prefix_len = len(prompt_ids)
@@ -206,22 +152,27 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         t0 = time.perf_counter()
         w = min(width.next_width(), config.max_nodes) if width is not None and drafter is not None \
             else config.max_nodes
+        room = engine.room(cache, prefix_len)
+        if room is not None and room < 1:      # the context is full: stop where a bounded greedy would
+            yield Step(tokens=[], drafted=0, text=stream.flush(), finish="length")
+            return
+        w = min(w, room) if room is not None else w
         ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=w)
         candidates = drafter.propose(ctx) if drafter is not None and w > 1 else []
         t1 = time.perf_counter()
         tree = build_tree(root, candidates, w)
         t2 = time.perf_counter()
-        argmax, hs = verify(model, cache, tree, prefix_len, hidden=bool(layers))   # .tolist() syncs
+        argmax, hs = engine.verify(cache, tree, prefix_len, layers)   # .tolist() syncs
         t3 = time.perf_counter()
         path, bonus = accept(tree, argmax)
         t4 = time.perf_counter()
-        prefix_len = commit(cache, prefix_len, path)
+        prefix_len = engine.commit(cache, prefix_len, path)
         if drafter is not None and tree.size > 1:
             drafter.observe(tree, path)
         if width is not None and drafter is not None:
             width.observe(path, w)
         new = [tree.tokens[n] for n in path[1:]] + [bonus]
-        feats = torch.stack([hs[i][0, path[-1]] for i in layers]) if layers else None
+        feats = hs[:, path[-1]] if layers else None
         t5 = time.perf_counter()
         phases = {"propose": t1 - t0, "tree": t2 - t1, "verify": t3 - t2, "accept": t4 - t3, "commit": t5 - t4}
         step = _emit(stream, new, len(path) - 1, [tree.source[n] for n in path[1:]], t0, tree.size, phases)
@@ -231,9 +182,9 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
 
 
 def greedy_generate(target, prompt_ids: Sequence[int], config: DecodeConfig,
-                    cancel: Callable[[], bool] | None = None) -> Iterator[Step]:
+                    cancel: Callable[[], bool] | None = None, engine=None) -> Iterator[Step]:
     """The reference: one token per forward pass (a root-only tree) on the same cache code."""
-    return speculative_generate(target, prompt_ids, None, config, cancel)
+    return speculative_generate(target, prompt_ids, None, config, cancel, engine=engine)
 
 
 def run_to_end(steps: Iterator[Step]) -> tuple[list[int], DecodeStats]:

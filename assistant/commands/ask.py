@@ -30,6 +30,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per answer")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
                    help="answer length limit (default: the profile's max_new_tokens)")
+    p.add_argument("--engine", choices=("auto", "eager", "compiled"), default=None,
+                   help="decode engine (runtime/engine.py); auto: the measured faster on this device")
     p.add_argument("--dtype", choices=("auto", "fp32", "bf16", "int8"), default=None,
                    help="override the profile's dtype")
     p.set_defaults(func=run)
@@ -101,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     profile = Profile.open(args.profile, create=args.profile is None)
     history = profile.history  # fail before loading the model if the history is unusable
     overrides = {"dtype": args.dtype} if args.dtype else {}
+    if args.engine:
+        overrides["engine"] = args.engine
     session = Session.from_profile(profile, **overrides)
     session.load()
     info = session.info()

@@ -1,4 +1,4 @@
-"""`assistant bench`: hf / pld / greedy / phrase side by side on a JSONL prompt set."""
+"""`assistant bench`: hf / pld / greedy / phrase (and llama.cpp) side by side on a JSONL prompt set."""
 from __future__ import annotations
 
 import argparse
@@ -15,11 +15,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16", "int8"], default="auto",
                    help="auto: bf16 on a GPU or a CPU with native bf16, else fp32")
-    p.add_argument("--methods", default="hf,pld,greedy,phrase", help="comma list of hf,pld,greedy,phrase")
+    p.add_argument("--methods", default="hf,pld,greedy,phrase",
+                   help="comma list of hf,pld,greedy,phrase,llamacpp,llamacpp_q4 (llamacpp: llama.cpp's plain decode "
+                        "of the same weights as BF16 / Q4_1 GGUF, after scripts/build_llamacpp.sh)")
+    p.add_argument("--engine", choices=["auto", "eager", "compiled"], default="auto",
+                   help="engine of greedy and phrase (runtime/engine.py); auto: the measured faster on this device, "
+                        "as chat and ask use it; hf and pld always run transformers' eager generate()")
     p.add_argument("--tree-width", type=int, default=None,
                    help="verify nodes per pass, root included (default: picked online per pass from the measured "
                         "verify costs and what the head banks, <= 16; runtime/width.py)")
-    p.add_argument("--layout", choices=["auto", "out", "in"], default="auto",
+    p.add_argument("--layout", choices=["auto", "out", "in", "packed"], default="auto",
                    help="weight layout for greedy and phrase (runtime/layout.py); auto: the measured best "
                         "without --tree-width, as loaded with it")
     p.add_argument("--recalibrate", action="store_true",
@@ -52,7 +57,16 @@ def run(args) -> int:
     from runtime.jsonl import read_prompts
     from runtime.target import load_target
 
+    from runtime.bench import LLAMACPP
+    from runtime.llamacpp import find_build
+
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    llamacpp = find_build() if any(m in LLAMACPP for m in methods) else None
+    for m in [m for m in methods if m in LLAMACPP]:
+        if llamacpp is None or LLAMACPP[m] not in llamacpp.models:
+            print(f"[bench] {m} skipped: no llama.cpp build with a {LLAMACPP[m]} GGUF (scripts/build_llamacpp.sh)",
+                  file=sys.stderr)
+            methods = tuple(x for x in methods if x != m)
     prompts, errors = read_prompts(args.dataset, args.limit, args.offset)
     for e in errors:
         print(f"skipped {e}", file=sys.stderr)
@@ -64,24 +78,31 @@ def run(args) -> int:
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
     drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
-    width, layout, width_costs = args.tree_width, args.layout, ()
-    if width is None:
-        from runtime.costmodel import calibrate
+    from runtime.costmodel import pick_engine
 
-        plan = calibrate(target, 16, lambda s, f: print(f"[bench] {s}", file=sys.stderr), refresh=args.recalibrate)
+    say = lambda s, f=None: print(f"[bench] {s}", file=sys.stderr)  # noqa: E731
+    layers = tuple(getattr(drafter, "feature_layers", (-1,)))
+    engine, plan = pick_engine(target, 16, say, refresh=args.recalibrate, kind=args.engine, feature_layers=layers)
+    width, layout, width_costs = args.tree_width, args.layout, ()
+    if engine.name != "eager" and layout not in ("auto", engine.layout):
+        print(f"assistant: the compiled engine runs {engine.layout} weights; --layout {layout} needs --engine eager",
+              file=sys.stderr)
+        return 2
+    if width is None:
         layout = plan.layout if layout == "auto" else layout
         width, width_costs = 16, tuple(sorted(plan.costs[layout].items()))
-        base = plan.costs["out"][1]
+        base = next(iter(plan.costs.values()))[1]
+        first = next(iter(plan.costs))
         for lay, c in plan.costs.items():
-            print(f"[bench] verify cost with {lay}-major weights, relative to 1 token as loaded: "
-                  + ", ".join(f"w={w} x{s / base:.2f}" for w, s in sorted(c.items())), file=sys.stderr)
+            say(f"verify cost on the {engine.name} engine with {lay} weights, relative to 1 token with {first}: "
+                + ", ".join(f"w={w} x{s / base:.2f}" for w, s in sorted(c.items())))
     elif layout == "auto":
-        layout = "out"
-    print(f"[bench] tree width {'picked online, at most ' if width_costs else ''}{width}, {layout}-major weights "
-          f"for greedy and phrase (hf and pld run on the weights as loaded)", file=sys.stderr)
+        layout = engine.layout if engine.name != "eager" else "out"
+    say(f"engine {engine.name}; tree width {'picked online, at most ' if width_costs else ''}{width}, {layout} "
+        f"weights for greedy and phrase (hf and pld run transformers' generate() on the weights as loaded)")
     cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=width,
-                      ignore_eos=args.ignore_eos, layout=layout, width_costs=width_costs)
-    report = run_bench(target, prompts, cfg, drafter, progress=lambda s: print(f"[bench] {s}", file=sys.stderr))
+                      ignore_eos=args.ignore_eos, layout=layout, width_costs=width_costs, engine=engine.name)
+    report = run_bench(target, prompts, cfg, drafter, progress=say, engine=engine, llamacpp=llamacpp)
     report["dataset"] = args.dataset
     report["head"] = info
     report["skipped_lines"] = errors

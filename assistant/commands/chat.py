@@ -21,6 +21,8 @@ def register(subparsers: Any) -> None:
                               description="Chat in the terminal: streaming answers, conversations, "
                                           "speculation statistics and the adapter's status.")
     p.add_argument("--profile", default=None, help="profile name (default: $ASSISTANT_PROFILE or 'default')")
+    p.add_argument("--engine", choices=("auto", "eager", "compiled"), default="auto",
+                   help="decode engine (runtime/engine.py); auto: the measured faster on this device")
     p.set_defaults(func=run)
 
 
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     startup_errors: list[tuple[BaseException, str]] = []
     cfg = profile.config
     try:
-        session: Any = session_mod.Session.from_profile(profile)
+        session: Any = session_mod.Session.from_profile(profile, engine=getattr(args, "engine", "auto"))
     except Exception as e:  # noqa: BLE001 - shown in the UI with what to do
         session = _BrokenSession(e, {"target": cfg.target, "dtype": cfg.dtype})
     try:

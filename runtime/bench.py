@@ -92,10 +92,12 @@ def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter,
 def _llamacpp(build, method: str, target, ids: list[int], cfg: BenchConfig) -> tuple[list[int], float, int]:
     """(tokens, seconds of prompt + decode as llama.cpp times them, forward passes) of llama.cpp's plain
     greedy decode of the same prompt tokens; its text is tokenized back with the target's tokenizer."""
-    text, seconds, passes = build.generate(LLAMACPP[method], ids, target.tokenizer, cfg.max_new_tokens,
-                                           ignore_eos=cfg.ignore_eos)
-    toks = target.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
-    return list(toks)[:cfg.max_new_tokens], seconds, passes
+    text, seconds, passes, ended = build.generate(LLAMACPP[method], ids, target.tokenizer, cfg.max_new_tokens,
+                                                  ignore_eos=cfg.ignore_eos)
+    toks = list(target.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+    if ended and target.tokenizer.eos_token_id is not None:   # the EOS token itself, as generate() returns it
+        toks.append(int(target.tokenizer.eos_token_id))
+    return toks[:cfg.max_new_tokens], seconds, passes
 
 
 def _layout_for(method: str, cfg: BenchConfig) -> str:

@@ -7,7 +7,7 @@ prompt_ids, tokenizer, max_new_tokens)` runs `llama-completion` greedily (temper
 top-k 1) on the GGUF of that kind ("BF16": the cached safetensors converted, the same
 weights as ours; "Q4_1": the GGUF runtime.fetch downloads) with the prompt's own text
 (special tokens included, so the template is the same), and returns (generated text,
-seconds, forward passes) where seconds are llama.cpp's own prompt-eval + eval times: the
+seconds, forward passes, whether it stopped at EOS) where seconds are llama.cpp's own prompt-eval + eval times: the
 whole answer, prefill included, model loading excluded, as bench times the other methods.
 llama.cpp is not a dependency of the runtime; nothing here is imported by it.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 
 from runtime.fetch import DEFAULT_NAME, cache_dir
 
+_END = "[end of text]"
 _TIME = re.compile(r"(prompt eval|eval) time =\s*([\d.]+) ms /\s*(\d+) (tokens|runs)")
 
 
@@ -37,26 +37,20 @@ class Build:
     models: dict[str, Path]            # "BF16" / "Q4_1" -> GGUF
 
     def generate(self, kind: str, prompt_ids: list[int], tokenizer, max_new_tokens: int,
-                 ignore_eos: bool = False, threads: int | None = None) -> tuple[str, float, int]:
+                 ignore_eos: bool = False, threads: int | None = None) -> tuple[str, float, int, bool]:
         gguf = self.models.get(kind)
         if gguf is None:
             raise FileNotFoundError(f"no {kind} GGUF under {llamacpp_dir()}: run scripts/build_llamacpp.sh")
-        text = tokenizer.decode(prompt_ids, skip_special_tokens=False)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-            f.write(text)
-            prompt_file = f.name
-        try:
-            cmd = [str(self.binary), "-m", str(gguf), "-f", prompt_file, "-n", str(max_new_tokens),
-                   "--temp", "0", "--top-k", "1", "-t", str(threads or torch.get_num_threads()),
-                   "-c", str(len(prompt_ids) + max_new_tokens + 16), "-no-cnv", "--no-display-prompt",
-                   "--no-warmup"]
-            if ignore_eos:
-                cmd.append("--ignore-eos")
-            env = dict(os.environ, LD_LIBRARY_PATH=f"{self.binary.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600,
-                                  stdin=subprocess.DEVNULL)
-        finally:
-            os.unlink(prompt_file)
+        prompt = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        # -p, not -f: llama.cpp drops a prompt file's trailing newline, and the chat template ends in one
+        cmd = [str(self.binary), "-m", str(gguf), "-p", prompt, "-n", str(max_new_tokens),
+               "--temp", "0", "--top-k", "1", "-t", str(threads or torch.get_num_threads()),
+               "-c", str(len(prompt_ids) + max_new_tokens + 16), "-no-cnv", "--no-display-prompt",
+               "--no-warmup"]
+        if ignore_eos:
+            cmd.append("--ignore-eos")
+        env = dict(os.environ, LD_LIBRARY_PATH=f"{self.binary.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
             raise RuntimeError(f"llama-completion failed ({proc.returncode}): {tail}")
@@ -64,7 +58,11 @@ class Build:
         for name, ms, count, unit in _TIME.findall(proc.stderr):
             seconds += float(ms) / 1000
             passes += 1 if name == "prompt eval" else int(count)
-        return proc.stdout, seconds, passes
+        text = proc.stdout
+        ended = text.rstrip().endswith(_END)             # llama-completion's own marker, not model text
+        if ended:
+            text = text.rstrip()[: -len(_END)].rstrip(" ")
+        return text, seconds, passes, ended
 
 
 def find_build(root: Path | None = None) -> Build | None:

@@ -5,8 +5,9 @@ every prompt (methods interleaved per prompt, so drifting machine load hits all
 of them alike, after one untimed warm-up) and returns the JSON-ready report of
 DESIGN.md: `methods.<name>.{tokens_per_pass, tokens_per_second, speedup_vs_hf,
 exact_match_vs_hf, ...}` and `per_prompt[]` rows `{id, method, new_tokens,
-forward_passes, seconds, tokens}`. Forward passes are counted by a hook on the
-target model, the same way for every method. When hf runs, each other method's
+forward_passes, seconds, tokens}`. Forward passes of generate() are counted by a
+hook on the target model; our loops count their own passes (a compiled forward runs
+no module hooks), the prefill as one pass either way. When hf runs, each other method's
 first divergence from it is recorded with the reference's top-1 minus top-2
 logit margin at that index (how tie-breaking is told from a bug).
 """
@@ -75,17 +76,17 @@ def _hf(target, ids: list[int], cfg: BenchConfig, pld: bool) -> tuple[list[int],
 
 
 def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter,
-             width: WidthController | None = None) -> tuple[list[int], list[float], DecodeStats]:
+             width: WidthController | None = None, engine=None) -> tuple[list[int], list[float], DecodeStats]:
     dcfg = DecodeConfig(max_new_tokens=cfg.max_new_tokens, max_nodes=cfg.tree_width, ignore_eos=cfg.ignore_eos)
     if method in ("hf", "pld"):
         toks, margins = _hf(target, ids, cfg, pld=(method == "pld"))
         return toks, margins, DecodeStats()
     if method == "greedy":
-        toks, stats = run_to_end(greedy_generate(target, ids, dcfg))
+        toks, stats = run_to_end(greedy_generate(target, ids, dcfg, engine=engine))
     elif method == "phrase":
-        toks, stats = run_to_end(speculative_generate(target, ids, drafter, dcfg, width=width))
+        toks, stats = run_to_end(speculative_generate(target, ids, drafter, dcfg, width=width, engine=engine))
     else:
-        raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
+        raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS + tuple(LLAMACPP))}")
     return toks, [], stats
 
 
@@ -154,12 +155,13 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
                 phases[m].update(stats.phases)
                 if m == "hf":
                     ref, margins = toks, mg
-                rows.append({"id": p["id"], "method": m, "new_tokens": len(toks), "forward_passes": counter.n,
+                passes = counter.n if m in ("hf", "pld") else stats.passes
+                rows.append({"id": p["id"], "method": m, "new_tokens": len(toks), "forward_passes": passes,
                              "seconds": dt, "tokens": toks, "prompt_tokens": len(ids),
                              "tree_sizes": dict(sorted(stats.tree_sizes.items()))})
                 if progress:
                     progress(f"prompt {pi + 1}/{len(prompts)} {m}: {len(toks)} tokens, "
-                             f"{len(toks) / max(counter.n, 1):.2f}/pass, {len(toks) / dt:.1f} tok/s")
+                             f"{len(toks) / max(passes, 1):.2f}/pass, {len(toks) / dt:.1f} tok/s")
             if ref is not None:
                 for r in rows[-len(cfg.methods):]:
                     if r["method"] == "hf":

@@ -307,7 +307,7 @@ class CompiledEngine:
         vocab = int(self.model.config.vocab_size)
         ids = [int(i) % vocab for i in range(100, 132)]
         cache = self.new_cache(64)
-        _, _ = self.prefill(cache, ids, ())
+        _, _ = self.prefill(cache, ids, (-1,))    # eager first: transformers installs its output hooks under a lock dynamo cannot trace
         for width in (3, 5):
             tree = build_tree(ids[-1], [ids[:width - 1]])
             self.verify(cache, tree, len(ids), self.feature_layers)

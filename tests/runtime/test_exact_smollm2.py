@@ -94,3 +94,38 @@ def test_in_major_weights_equal_generate_as_loaded(smol_fp32, references, kind):
             assert out == ref, f"diverged at {next(i for i, (a, b) in enumerate(zip(out, ref)) if a != b)}"
     finally:
         set_layout(smol_fp32.model, "out")
+
+
+@pytest.fixture(scope="module")
+def compiled_fp32(smol_fp32, references):
+    """The compiled static-cache engine on the same fp32 weights (references are taken first, by
+    generate() on the weights as loaded); the weights go back to as loaded afterwards."""
+    from runtime.engine import CompiledEngine, make_engine
+    from runtime.layout import set_layout
+
+    engine = make_engine(smol_fp32, "compiled")
+    assert isinstance(engine, CompiledEngine)
+    yield engine
+    set_layout(smol_fp32.model, "out")
+
+
+@pytest.mark.parametrize("kind", ["oracle", "adversarial", "phrase"])
+def test_compiled_engine_equals_generate_fp32(smol_fp32, references, compiled_fp32, kind):
+    """Issue 14: the compiled engine (packed weights, window attention, static cache) is exact in fp32."""
+    from runtime.decode import greedy_generate
+
+    passes = tokens = 0
+    for ids, ref in references:
+        drafter = {"oracle": lambda: OracleDrafter(ids + ref),
+                   "adversarial": lambda: AdversarialDrafter(ids + ref, width=3, depth=2),
+                   "phrase": lambda: untrained_phrase_drafter(smol_fp32)}[kind]()
+        cfg = DecodeConfig(max_new_tokens=N, ignore_eos=True)
+        out, stats = run_to_end(speculative_generate(smol_fp32, ids, drafter, cfg, engine=compiled_fp32))
+        assert out == ref, f"diverged at {next(i for i, (a, b) in enumerate(zip(out, ref)) if a != b)}"
+        passes += stats.passes
+        tokens += stats.new_tokens
+    if kind == "oracle":
+        assert tokens / passes > 4.0
+        ids, ref = references[0]
+        assert run_to_end(greedy_generate(smol_fp32, ids, DecodeConfig(max_new_tokens=N, ignore_eos=True),
+                                          engine=compiled_fp32))[0] == ref

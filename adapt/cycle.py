@@ -419,11 +419,11 @@ def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=No
 
 
 def _runtime_width(target, cap: int) -> int:
-    """The verify width the runtime uses on this device (assistant.session: auto width <= cap), so the
-    cycle judges a head at the tree size it will be used with."""
-    from runtime.costmodel import calibrate
+    """The verify width the runtime uses on this device (assistant.session: auto engine and width <= cap),
+    so the cycle judges a head at the tree size it will be used with."""
+    from runtime.costmodel import runtime_plan
 
-    return calibrate(target, cap).width
+    return runtime_plan(target, cap).width
 
 
 def _tpp(drafter, answers, feats, max_nodes, pause) -> float | None:

@@ -146,6 +146,21 @@ def expected_speed(plan: VerifyPlan) -> float:
     return expected_tokens_per_pass(plan.width) / plan.costs[plan.layout][plan.width]
 
 
+def runtime_plan(target, cap: int = 16) -> VerifyPlan:
+    """The plan "auto" would use, from the cached measurements alone (nothing is compiled): the compiled
+    engine's when it was measured on this machine and expects more tokens per second, else the eager
+    one's (measured now if not cached). The adapter judges heads at this plan's width."""
+    plan = calibrate(target, cap)
+    path = Path(cache_dir()) / "costmodel" / f"{_key(target, 'compiled')}.json"
+    costs = _read(path)
+    if costs:
+        layout, width = choose(costs, cap)
+        compiled = VerifyPlan(width=width, layout=layout, costs=costs)
+        if expected_speed(compiled) >= expected_speed(plan):
+            return compiled
+    return plan
+
+
 def pick_engine(target, cap: int = 16, progress=None, refresh: bool = False, kind: str = "auto",
                 max_len: int | None = None, feature_layers=(-1,)):
     """(engine, plan): `kind` "eager" or "compiled", or "auto" = the one with the most expected tokens

@@ -248,6 +248,10 @@ class CompiledEngine:
             options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
             if self.cuda:
                 options["triton.cudagraphs"] = True
+            else:
+                # a C++ wrapper instead of inductor's Python one: 16.4 -> 14.9 ms a 1-node pass and 20.0 -> 18.9
+                # at 16 nodes (SmolLM2 bf16, 2 threads), for a longer first compile (69 -> 105 s, cached after)
+                options["cpp_wrapper"] = True
             fn = torch.compile(verify_forward, options=options)
             self._fns[feature_layers] = fn
         return fn

@@ -26,6 +26,8 @@ without freezing's price (no on-disk cache: a 72 s compile at every start).
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 LAYOUTS = ("out", "in", "packed")
@@ -103,6 +105,7 @@ def _pack(model) -> int:
             key, _next_key = _next_key, _next_key + 1
             mod._assistant_key = key
         _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(w.data.contiguous(), 1)
+        weakref.finalize(mod, _PACKED.pop, key, None)    # a dropped model does not leave its weights behind
         mod._assistant_packed = key
         mod.forward = _packed_forward.__get__(mod)
         if id(w) not in shared:   # the dense copy is no longer read: keep its shape, drop its memory

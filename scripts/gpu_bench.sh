@@ -2,9 +2,9 @@
 # Issue 3's GPU checks, run ON the device machine (no package index there; docs/gpu.md: how the payload
 # built by scripts/gpu_payload.sh gets there, three calls, the 2nd and 3rd within the machine's warm time):
 #   scripts/gpu_bench.sh table     GPU tests, then t(w)/t(1) of a random Qwen3-4B-shaped model, bf16 and
-#                                  bitsandbytes int8 (carry .device/table)
+#                                  bitsandbytes int8, eager and compiled engines (carry .device/table)
 #   scripts/gpu_bench.sh stash     keep the first part of the SmolLM2 GGUF in /tmp (carry .device/gguf1)
-#   scripts/gpu_bench.sh smollm2   the issue-3 bench for SmolLM2 on the GPU (carry .device/bench)
+#   scripts/gpu_bench.sh smollm2   the full bench for SmolLM2 on the GPU, both engines (carry .device/bench)
 # Results go to $OUT (the device's return folder; ./gpu-results when unset).
 # Environment: PROMPTS (5), TOKENS (96), DTYPES ("bf16 fp32") for smollm2.
 set -euo pipefail
@@ -27,7 +27,7 @@ table)
     install .device/table/*.whl
     "$PY" -m pytest -q -rs -m gpu -p no:cacheprovider tests/runtime/test_gpu.py 2>&1 | tee "$OUT/gpu-tests.log" ||
         echo "gpu_bench: GPU tests failed (gpu-tests.log); the table runs anyway" >&2
-    "$PY" scripts/verify_cost_table.py --json "$OUT/verify-table.json" | tee "$OUT/verify-table.md"
+    "$PY" scripts/verify_cost_table.py --engines eager,compiled --json "$OUT/verify-table.json" | tee "$OUT/verify-table.md"
     ;;
 stash)
     cp .device/gguf1/gguf.part1 "$STASH/"

@@ -6,8 +6,10 @@ load_model in each dtype (bf16; int8 = bitsandbytes LLM.int8, the production loa
 runtime.costmodel.verify_costs: one verify forward of w tree nodes on a KV cache of --prefix tokens,
 median of --repeats, after a warm-up. Prints a markdown table and writes the numbers as JSON.
 
-usage: python scripts/verify_cost_table.py [--dtypes bf16,int8] [--widths 1,2,...,64] [--prefix 128]
-                                           [--repeats 7] [--json OUT] [--smoke]
+usage: python scripts/verify_cost_table.py [--dtypes bf16,int8] [--engines eager,compiled]
+                                           [--widths 1,2,...,64] [--prefix 128] [--repeats 7] [--json OUT] [--smoke]
+--engines: runtime.engine engines to time (compiled: the static-cache engine, CUDA graphs on a GPU; a
+compiled engine that cannot be built falls back to eager and the column says so).
 --smoke runs a 2-layer model of the same head layout on the CPU (fp32, bf16): it checks the script,
 it measures nothing worth keeping. Without a GPU and without --smoke it refuses.
 """
@@ -53,20 +55,27 @@ def build_checkpoint(shape: dict, out: Path, dev: torch.device) -> int:
 
 
 def time_dtype(ckpt: Path, dtype: str, dev: torch.device, widths: tuple[int, ...], prefix: int,
-               repeats: int) -> dict:
+               repeats: int, engine_kind: str = "eager") -> dict:
+    from runtime.engine import make_engine
+
     t0 = time.perf_counter()
     model = load_model(str(ckpt), dtype, dev)
     load_s = time.perf_counter() - t0
     target = SimpleNamespace(model=model)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    verify_costs(target, (1, max(widths)), prefix=prefix, repeats=2)          # warm-up: kernels, allocator
-    costs = verify_costs(target, widths, prefix=prefix, repeats=repeats)
+    t0 = time.perf_counter()
+    engine = make_engine(target, engine_kind, max_len=prefix + max(widths) + 8,
+                         progress=lambda s, f: print(f"{dtype}/{engine_kind}: {s}", file=sys.stderr))
+    compile_s = time.perf_counter() - t0
+    verify_costs(target, (1, max(widths)), prefix=prefix, repeats=2, engine=engine)   # warm-up: kernels, allocator
+    costs = verify_costs(target, widths, prefix=prefix, repeats=repeats, engine=engine)
     peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
     del model, target
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    return {"seconds": {str(w): s for w, s in costs.items()}, "load_s": load_s, "peak_gib": peak}
+    return {"seconds": {str(w): s for w, s in costs.items()}, "load_s": load_s, "peak_gib": peak,
+            "engine": engine.name, "engine_s": compile_s}
 
 
 def _count(n: int) -> str:
@@ -89,6 +98,7 @@ def table(results: dict[str, dict], widths: tuple[int, ...]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default=None, help="comma list (default: bf16,int8 on a GPU; fp32,bf16 with --smoke)")
+    ap.add_argument("--engines", default="eager", help="comma list of eager,compiled (runtime.engine)")
     ap.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     ap.add_argument("--prefix", type=int, default=128, help="KV-cache tokens under the tree")
     ap.add_argument("--repeats", type=int, default=7)
@@ -108,10 +118,15 @@ def main(argv: list[str] | None = None) -> int:
         n = build_checkpoint(shape, Path(tmp), dev)
         print(f"random Qwen3 ({_count(n)} parameters) saved in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         results = {}
+        engines = args.engines.split(",")
         for dtype in dtypes:
-            results[dtype] = time_dtype(Path(tmp), dtype, dev, widths, args.prefix, args.repeats)
-            print(f"{dtype}: loaded in {results[dtype]['load_s']:.0f} s, t(1) "
-                  f"{results[dtype]['seconds']['1'] * 1e3:.1f} ms", file=sys.stderr)
+            for kind in engines:
+                r = time_dtype(Path(tmp), dtype, dev, widths, args.prefix, args.repeats, kind)
+                key = dtype if engines == ["eager"] else f"{dtype} {kind}" + ("" if r["engine"] == kind else
+                                                                             f" (fell back to {r['engine']})")
+                results[key] = r
+                print(f"{key}: loaded in {r['load_s']:.0f} s, engine ready in {r['engine_s']:.0f} s, t(1) "
+                      f"{r['seconds']['1'] * 1e3:.1f} ms", file=sys.stderr)
     device = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print(f"Qwen3 shape {'smoke' if args.smoke else '4B'}, {_count(n)} parameters, {device}, "
           f"KV cache {args.prefix}, median of {args.repeats}, torch {torch.__version__}\n")

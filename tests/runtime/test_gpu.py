@@ -46,3 +46,22 @@ def test_int8_load_path_verifies_trees(tmp_path):
     # int8 rounds a w-token pass differently from a 1-token one, so equality is measured, not assumed:
     # the oracle's tree is only accepted where the two agree, and the first token always is.
     assert out[0] == ref[0] and stats.tokens_per_pass > 1.0
+
+
+def test_cuda_compiled_engine_matches_generate_fp32():
+    """The compiled static-cache engine on CUDA (CUDA graphs through inductor, node buckets and 256-slot
+    windows) decodes what generate() does in fp32."""
+    from runtime.engine import CompiledEngine, make_engine
+
+    cpu = tiny_qwen3()
+    target = Target(model=cpu.model.to(CUDA), tokenizer=cpu.tokenizer, name="tiny-qwen3", dtype="fp32", device=CUDA)
+    notes = []
+    engine = make_engine(target, "compiled", progress=lambda s, f: notes.append(s))
+    assert isinstance(engine, CompiledEngine), notes
+    n = 40
+    for ids in prompts():
+        ref = _generate(target.model, ids, n)
+        for drafter in (None, OracleDrafter(ids + ref)):
+            out, _ = run_to_end(speculative_generate(target, ids, drafter, DecodeConfig(max_new_tokens=n, ignore_eos=True),
+                                                     engine=engine))
+            assert out == ref

@@ -5,8 +5,11 @@ phrase head (the profile's current head artifact if given, else the shipped
 default head for the target if one exists, else prompt lookup only). `answer(messages)`
 streams `runtime.decode.Step`s for one assistant turn, using phrase speculation
 (or greedy decoding when `config.method == "greedy"`). `swap_head(path)` replaces
-the head between answers. All torch imports happen inside methods so that
-importing this module stays cheap.
+the head between answers. With engine "auto" and no saved compiled engine yet, `load`
+starts building it in a background process (runtime.precompile) and answers on the
+eager engine; the compiled one is switched in between answers once it is ready
+(`maybe_upgrade_engine`), so no start waits on the compiler. All torch imports happen
+inside methods so that importing this module stays cheap.
 """
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ class Session:
     width: int = 0                                          # verify width in use (set by load)
     width_ctl: Any = None                                   # runtime.width.WidthController (auto width)
     engine: Any = None                                      # runtime.engine engine the answers run on
+    pending_engine: Path | None = None                      # a compiled engine building in the background
+    threads: int = 0                                        # torch intra-op threads of the answers (set by load)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -63,27 +68,74 @@ class Session:
         from runtime.budget import resolve_dtype
 
         progress = progress or stderr_progress
+        import torch
+
+        self.threads = torch.get_num_threads()
         if self.config.dtype == "auto":
             self.config = replace(self.config, dtype=resolve_dtype("auto", self.config.device))
         progress(f"loading {self.config.target} ({self.config.dtype})", None)
         self.target = load_target(self.config.target, self.config.dtype, self.config.device, progress)
         self.swap_head(self.config.head_path)
         self.width = self.config.tree_width
+        kind, state, path = self.config.engine, "", None
+        if kind == "auto":
+            from runtime.precompile import background_state, failed_reason, start_build
+
+            state, path = background_state(self.target, self._feature_layers())
+            if state == "failed":
+                progress(f"compiled engine unavailable (its build failed: {failed_reason(path)}); using the eager "
+                         "engine", None)
+            kind = "eager" if state in ("missing", "failed") else kind
+        self._use_engine(kind, progress)          # before the build starts: it would skew the cost measurement
+        if state == "missing":
+            from runtime.layout import packed_keys
+
+            start_build(self.target.path, self.target.dtype, "cpu", self._feature_layers(), path,
+                        first_key=min(packed_keys(self.target.model), default=0))
+            progress("the compiled engine is being built in the background (once per machine, 1-2 min); "
+                     "answering on the eager engine until it is ready", None)
+            self.pending_engine = path
+        progress("ready", 1.0)
+        for hook in self.on_loaded:
+            hook(self)
+
+    def _feature_layers(self) -> tuple[int, ...]:
+        return tuple(getattr(self.drafter, "feature_layers", (-1,)))
+
+    def _use_engine(self, kind: str, progress: Callable[[str, float | None], None]) -> None:
         from runtime.costmodel import apply_plan, pick_engine
 
-        layers = tuple(getattr(self.drafter, "feature_layers", (-1,)))
-        self.engine, plan = pick_engine(self.target, self.config.tree_width, progress, kind=self.config.engine,
-                                        max_len=self.config.max_context, feature_layers=layers)
+        engine, plan = pick_engine(self.target, self.config.tree_width, progress, kind=kind,
+                                   max_len=self.config.max_context, feature_layers=self._feature_layers())
         apply_plan(self.target, plan)
+        self.engine = engine
         if self.config.auto_width and self.config.method == "phrase":
             from runtime.width import WidthController
 
             self.width = plan.width
-            # one controller for the session: the width follows what the head banks on this user's text
+            # one controller per engine: the width follows what the head banks on this user's text
             self.width_ctl = WidthController(plan.costs[plan.layout], self.config.tree_width)
-        progress("ready", 1.0)
-        for hook in self.on_loaded:
-            hook(self)
+
+    def maybe_upgrade_engine(self, progress: Callable[[str, float | None], None] | None = None) -> bool:
+        """Between answers: once the background build of the compiled engine has finished, load it and
+        use it if it is the faster one here (True when the engine changed)."""
+        path = self.pending_engine
+        if path is None:
+            return False
+        from runtime.precompile import failed_reason, ready
+
+        if failed_reason(path) is not None:
+            self.pending_engine = None
+            return False
+        if not ready(path):
+            return False
+        self.pending_engine = None
+        before = self.engine
+        import torch
+
+        torch.set_num_threads(self.threads)       # the cost model measures (and caches) at the answers' count
+        self._use_engine("auto", progress or (lambda *a: None))
+        return self.engine is not before and self.engine.name != before.name
 
     def swap_head(self, path: str | Path | None) -> dict[str, Any]:
         """Load a head artifact (None: the shipped default) and use it from the next answer on."""
@@ -113,6 +165,7 @@ class Session:
             raise RuntimeError("session not loaded")
         if self.head_source is not None:
             self.maybe_reload_head(self.head_source())
+        self.maybe_upgrade_engine()
         ids = self.prompt_ids(messages)
         limit = max_new_tokens or self.config.max_new_tokens
         if self.config.max_context is not None:
@@ -125,6 +178,10 @@ class Session:
         cfg = DecodeConfig(max_new_tokens=limit, max_nodes=cap)
         with self._lock:
             drafter = self.drafter
+        import torch
+
+        # while the compiled engine builds on one core, answer on the other (runtime.precompile)
+        torch.set_num_threads(1 if self.pending_engine is not None else self.threads)
         if self.config.method == "greedy":
             steps = greedy_generate(self.target, ids, cfg, cancel, engine=self.engine)
         else:
@@ -141,7 +198,7 @@ class Session:
     def info(self) -> dict[str, Any]:
         t = self.target
         out = {"target": self.config.target, "dtype": self.config.dtype, "method": self.config.method,
-               "engine": getattr(self.engine, "name", None),
+               "engine": getattr(self.engine, "name", None), "engine_building": self.pending_engine is not None,
                "tree_width": (self.width_ctl.best() if self.width_ctl is not None
                               else self.width or self.config.tree_width)}
         if t is not None:

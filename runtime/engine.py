@@ -25,9 +25,11 @@ consecutive slots (EAGLE-style compaction) and moves the cache's write position.
 padded to at least 2 nodes (a dimension of size 1 would be specialised into a second graph);
 on CUDA also to fixed node buckets and 256-slot windows, so CUDA graphs (mode
 "reduce-overhead") see few shapes. Padding nodes see only the prefix and themselves and are
-never walked by accept(). Inductor's caches live under the user cache directory, so a second
-start skips the C++ compile. `make_engine(target, kind)` builds either; "compiled" falls back
-to the eager engine with a one-line notice when compiling is unavailable or fails.
+never walked by accept(). On the CPU the compiled forward is captured ahead of time and saved
+(runtime.precompile), so a later start loads it in ~2.5 s instead of tracing and compiling
+again; a loaded or fresh graph is checked once against the eager forward before it answers.
+`make_engine(target, kind)` builds either; "compiled" falls back to the eager engine with a
+one-line notice when compiling is unavailable or fails.
 """
 from __future__ import annotations
 
@@ -44,6 +46,11 @@ ATTENTION = "assistant_window"
 PREFILL_CHUNK = 512
 CUDA_NODE_BUCKETS = (2, 4, 8, 16, 32, 64)
 CUDA_WINDOW_STEP = 256
+CUDA_OPTIONS = {"triton.cudagraphs": True}
+# inductor's Python wrapper: its C++ one compiled 45 s longer cold (117 vs 72 s) and ran no faster once
+# loaded from a saved artifact (SmolLM2 bf16, 2 threads: 15.8-19.5 vs 15.8-16.2 ms at w=1, 21.3-22.1 vs
+# 22.9-23.4 at w=16, two runs each)
+CPU_OPTIONS: dict = {}
 
 
 class EngineUnavailable(RuntimeError):
@@ -147,6 +154,19 @@ def register_window_attention(model) -> None:
         model.set_attn_implementation(ATTENTION)
 
 
+def verify_forward(feature_layers: tuple[int, ...]) -> Callable:
+    """The function the compiled engine compiles: one forward of the tree on the cache, returning the
+    argmax per node [q] and the hidden states of `feature_layers` [Lf, q, H] (None without). The model
+    is an argument, not a closure, so a saved compiled copy binds to the model of a later process."""
+    def forward(model, ids, pos, mask, cache):
+        out = model(input_ids=ids, cache=cache, position_ids=pos, attention_mask=mask, use_cache=True,
+                    output_hidden_states=bool(feature_layers))
+        feats = torch.stack([out.hidden_states[i][0] for i in feature_layers]) if feature_layers else None
+        return out.logits[0].argmax(-1), feats
+
+    return forward
+
+
 def _round_up(x: int, step: int) -> int:
     return -(-x // step) * step
 
@@ -177,6 +197,7 @@ class CompiledEngine:
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         self.progress = progress
         self._fns: dict[tuple[int, ...], Callable] = {}
+        self.check_error: float | None = None     # relative error against the eager forward (warm_up)
         _use_user_cache_for_inductor()
         register_window_attention(model)
 
@@ -234,26 +255,48 @@ class CompiledEngine:
         self._seek(cache, n)
         return int(out.logits[0, -1].argmax()), _features(out.hidden_states, feature_layers, -1)
 
-    def _fn(self, feature_layers: tuple[int, ...]) -> Callable:
+    def _options(self) -> dict:
+        return dict(CUDA_OPTIONS if self.cuda else CPU_OPTIONS)
+
+    def artifact_path(self, feature_layers: Sequence[int]):
+        from runtime import precompile
+
+        return precompile.artifact_path(self.model, self.layout, feature_layers, self._options())
+
+    def has_artifact(self, feature_layers: Sequence[int] | None = None) -> bool:
+        """A saved compiled forward for these feature layers exists (CPU only; CUDA compiles every start)."""
+        return not self.cuda and self.artifact_path(tuple(feature_layers or self.feature_layers)).is_file()
+
+    def _fn(self, feature_layers: tuple[int, ...], example: tuple) -> Callable:
+        """The compiled verify forward for `feature_layers`: on the CPU loaded from its saved artifact or
+        compiled ahead of time on `example` and saved (runtime.precompile); on CUDA torch.compile with CUDA
+        graphs, compiled at the first call."""
         fn = self._fns.get(feature_layers)
-        if fn is None:
-            model = self.model
+        if fn is not None:
+            return fn
+        from runtime import precompile
 
-            def verify_forward(ids, pos, mask, cache):
-                out = model(input_ids=ids, cache=cache, position_ids=pos, attention_mask=mask, use_cache=True,
-                            output_hidden_states=bool(feature_layers))
-                feats = torch.stack([out.hidden_states[i][0] for i in feature_layers]) if feature_layers else None
-                return out.logits[0].argmax(-1), feats
-
-            options = {"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
-            if self.cuda:
-                options["triton.cudagraphs"] = True
-            else:
-                # a C++ wrapper instead of inductor's Python one: 16.4 -> 14.9 ms a 1-node pass and 20.0 -> 18.9
-                # at 16 nodes (SmolLM2 bf16, 2 threads), for a longer first compile (69 -> 105 s, cached after)
-                options["cpp_wrapper"] = True
-            fn = torch.compile(verify_forward, options=options)
-            self._fns[feature_layers] = fn
+        forward = verify_forward(feature_layers)
+        if self.cuda:
+            fn = torch.compile(forward, options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+                                                 **self._options()})
+        else:
+            path = self.artifact_path(feature_layers)
+            fn = precompile.load(path)
+            if fn is None:
+                if self.progress:
+                    self.progress("compiling the verify forward (once per machine, 1-2 min on 2 cores; cached under "
+                                  "the user cache directory)", None)
+                # only tensor metadata is guarded, and not even that after the build: the artifact's key names
+                # everything the graph depends on, and verify() checks the weight layout it was built for
+                compiled = torch.compile(forward, fullgraph=True, options={
+                    "guard_filter_fn": torch.compiler.keep_portable_guards_unsafe, **self._options()})
+                fn = compiled.aot_compile((example, {}))
+                precompile.save(fn, path)
+                fn.disable_guard_check()
+            elif self.progress:
+                self.progress("loaded the compiled verify forward from the cache", None)
+        self._fns[feature_layers] = fn
         return fn
 
     def verify(self, cache, tree: Tree, prefix_len: int, feature_layers: Sequence[int] = ()):
@@ -283,7 +326,8 @@ class CompiledEngine:
             torch._dynamo.mark_dynamic(t, dim)
         self._seek(cache, prefix_len)
         layers = tuple(feature_layers) or self.feature_layers
-        argmax, feats = self._fn(layers)(ids, pos, mask, cache)
+        args = (self.model, ids, pos, mask, cache)
+        argmax, feats = self._fn(layers, args)(*args)
         return argmax[:q].tolist(), (feats[:, :q] if feats is not None and feature_layers else None)
 
     def commit(self, cache, prefix_len: int, path: list[int]) -> int:
@@ -301,11 +345,10 @@ class CompiledEngine:
     # -- compile -----------------------------------------------------------------------------------------
     @torch.inference_mode()
     def warm_up(self) -> float:
-        """Compile now (two tree sizes, so a graph that would not generalise shows here); seconds taken."""
+        """Build the verify forward now (loaded or compiled), run it on two tree sizes (a graph that would not
+        generalise shows here) and check it against the eager forward; seconds taken. Raises
+        EngineUnavailable when the compiled forward disagrees (its saved artifact is removed)."""
         t0 = time.perf_counter()
-        if self.progress:
-            self.progress("compiling the verify forward (once per machine; cached under the user cache "
-                          "directory)", None)
         from runtime.tree import build_tree
 
         vocab = int(self.model.config.vocab_size)
@@ -314,8 +357,26 @@ class CompiledEngine:
         _, _ = self.prefill(cache, ids, (-1,))    # eager first: transformers installs its output hooks under a lock dynamo cannot trace
         for width in (3, 5):
             tree = build_tree(ids[-1], [ids[:width - 1]])
-            self.verify(cache, tree, len(ids), self.feature_layers)
+            _, feats = self.verify(cache, tree, len(ids), self.feature_layers)
+        self._check_against_eager(ids, tree, feats)
         return time.perf_counter() - t0
+
+    def _check_against_eager(self, ids: list[int], tree: Tree, feats: torch.Tensor) -> None:
+        """The compiled forward's hidden states of `tree` equal the eager forward's up to rounding: a saved
+        artifact that does not fit this model (a weight it reads by the wrong key) is caught here."""
+        eager = EagerEngine(self.model)
+        cache = eager.new_cache()
+        eager.prefill(cache, ids, ())
+        _, ref = eager.verify(cache, tree, len(ids), self.feature_layers)
+        err = float((feats.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-6))
+        tol = 1e-3 if self.model.dtype == torch.float32 else 0.1
+        if not err <= tol:
+            for layers in list(self._fns):
+                self.artifact_path(layers).unlink(missing_ok=True)
+            self._fns.clear()
+            raise EngineUnavailable(f"the compiled verify forward differs from the eager one (relative error "
+                                    f"{err:.2g} > {tol}); its cached copy was removed")
+        self.check_error = err
 
 
 class ContextFull(RuntimeError):

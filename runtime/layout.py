@@ -110,6 +110,10 @@ def _pack(model) -> int:
         mod.forward = _packed_forward.__get__(mod)
         if id(w) not in shared:   # the dense copy is no longer read: keep its shape, drop its memory
             w.data = torch.zeros(1, dtype=w.dtype).expand(w.shape)
+        elif not w.is_contiguous():
+            # the embedding still reads it: "packed" always leaves it [out, in], whatever layout came before,
+            # because a compiled graph bakes in the strides of the tensors it reads
+            w.data = w.data.contiguous()
         changed += 1
     return changed
 
@@ -136,8 +140,8 @@ def set_layout(model, layout: str) -> int:
         raise ValueError(f"unknown weight layout {layout!r}: choose {', '.join(LAYOUTS)}")
     if layout == "packed":
         changed = _pack(model)
-        if changed:
-            _own_cpu_storage(model, {id(w) for w in _weights(model)})
+        if changed:   # copy what still points into the checkpoint's mapping (the tied embedding included)
+            _own_cpu_storage(model, {id(w) for w in _weights(model) if w.stride() == (0, 0)})
             _return_freed_memory()
         return changed
     changed = _unpack(model)
@@ -177,6 +181,22 @@ def _own_cpu_storage(model, skip: set[int]) -> None:
     for t in list(model.parameters()) + list(model.buffers()):
         if id(t) not in skip and t.device.type == "cpu":
             t.data = t.data.clone()
+
+
+def packed_keys(model) -> list[int]:
+    """The `assistant::packed_linear` keys of `model`'s linears in module order, given at their first
+    packing and kept (a compiled graph bakes them in, so a saved one is valid only for a model whose keys
+    are the same)."""
+    return [int(m._assistant_key) for m in _linears(model) if getattr(m, "_assistant_key", None) is not None]
+
+
+def start_keys_at(first: int) -> None:
+    """Number the next packed linears from `first` on: a process that compiles a graph for another
+    process's model (runtime.precompile) gives its copy the same keys, which the graph bakes in."""
+    global _next_key
+    if _PACKED and first < _next_key:
+        raise ValueError(f"packed keys below {_next_key} are in use in this process")
+    _next_key = first
 
 
 def layout_of(model) -> str:

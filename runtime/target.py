@@ -33,6 +33,7 @@ class Target:
     name: str
     dtype: str
     device: torch.device
+    path: str | None = None        # the checkpoint directory (None: built in memory), for a background compile
 
     @property
     def hidden_size(self) -> int:
@@ -118,4 +119,5 @@ def load_target(spec: str = "default", dtype: str = "fp32", device: str = "auto"
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
         raise ModelFetchError(f"cannot load model {spec!r}: {_first_line(e)}") from e
-    return Target(model=model, tokenizer=tokenizer, name=name, dtype=dtype, device=dev)
+    return Target(model=model, tokenizer=tokenizer, name=name, dtype=dtype, device=dev,
+                  path=path if os.path.isdir(path) else None)

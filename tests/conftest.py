@@ -64,3 +64,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# A session on engine "auto" builds a missing compiled engine in a background process; tests compile in the
+# foreground instead, so which engine answers does not depend on timing (tests of the background build
+# turn it back on).
+import os as _os  # noqa: E402
+
+_os.environ.setdefault("ASSISTANT_BACKGROUND_COMPILE", "0")

@@ -126,18 +126,20 @@ def test_cli_never_imports_torch():
 
 RSS_SCRIPT = r"""
 import gc, json, sys
-def rss():
+def status(key):
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
+        if line.startswith(key):
             return int(line.split()[1]) * 1024
 from assistant.session import Session, SessionConfig
+notes = []
 s = Session(SessionConfig(dtype=sys.argv[1], max_new_tokens=8, device="cpu", engine=sys.argv[2]))
-s.load(lambda *a: None)
+s.load(lambda m, f=None: notes.append(m))
 n = len(s.prompt_ids([{"role": "user", "content": "What is 2+2?"}]))
 steps = list(s.answer([{"role": "user", "content": "What is 2+2?"}]))
 gc.collect()
-print(json.dumps({"rss": rss(), "context": n + sum(len(x.tokens) for x in steps), "head": s.head_info.get("head"),
-                  "engine": s.engine.name}))
+print(json.dumps({"rss": status("VmRSS"), "peak": status("VmHWM"), "context": n + sum(len(x.tokens) for x in steps),
+                  "head": s.head_info.get("head"), "engine": s.engine.name,
+                  "compiled_now": any("compiling" in m for m in notes)}))
 """
 
 
@@ -152,15 +154,23 @@ def _rss(dtype: str, engine: str) -> dict:
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_measured_rss_matches_plan(dtype):
     """The RSS of a process that loaded the SmolLM2 runtime (eager engine) and answered is within 15% of
-    the plan; the compiled engine's process stays within 1.25x of it (issue 14)."""
+    the plan. The compiled engine's process peaks at most 1.25x the eager one's, also when it compiles
+    (issue 14), and holds at most 1.25x once it loads its saved compiled forward, as every start after
+    the first does."""
     got = _rss(dtype, "eager")
     compiled = _rss(dtype, "compiled")
     assert compiled["engine"] == "compiled"
-    print(f"{dtype}: compiled engine RSS {compiled['rss'] / 2**20:.1f} MiB, x{compiled['rss'] / got['rss']:.3f} eager")
-    assert compiled["rss"] <= 1.25 * got["rss"]
+    loaded = _rss(dtype, "compiled") if compiled["compiled_now"] else compiled
+    assert not loaded["compiled_now"]
+    mib = 2 ** 20
+    print(f"{dtype}: peak RSS eager {got['peak'] / mib:.1f} MiB, compiled {compiled['peak'] / mib:.1f} MiB "
+          f"(compiling: {compiled['compiled_now']}); RSS after the answer eager {got['rss'] / mib:.1f}, compiled "
+          f"and loaded {loaded['rss'] / mib:.1f} (x{loaded['rss'] / got['rss']:.3f})")
+    assert compiled["peak"] <= 1.25 * got["peak"]
+    assert loaded["rss"] <= 1.25 * got["rss"]
     head_bytes = Path(got["head"]).stat().st_size if got["head"] else 0
     want = estimate("default", got["context"], dtype, "cpu", head_bytes=head_bytes)["total"]
-    print(f"{dtype}: measured RSS {got['rss'] / 2**20:.1f} MiB, plan {want / 2**20:.1f} MiB, "
+    print(f"{dtype}: measured RSS {got['rss'] / mib:.1f} MiB, plan {want / mib:.1f} MiB, "
           f"ratio {got['rss'] / want:.3f}")
     assert abs(got["rss"] - want) / want < 0.15
 

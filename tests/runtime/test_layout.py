@@ -60,3 +60,27 @@ def test_in_layout_decode_equals_generate_as_loaded(kind):
         out, _ = run_to_end(speculative_generate(t, ids, drafter, DecodeConfig(max_new_tokens=40, max_nodes=12,
                                                                                ignore_eos=True)))
         assert out == ref
+
+
+def test_packed_after_in_leaves_the_tied_embedding_out():
+    """A compiled graph bakes in the strides of what it reads: "packed" must mean one set of strides for the
+    tied embedding whatever layout came before (the cost model measures "in" before "packed")."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from runtime.layout import packing_supported
+
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg).eval()
+    if not packing_supported(model):
+        pytest.skip("no oneDNN on this build")
+    x = torch.tensor([[5, 7, 9, 11]])
+    with torch.no_grad():
+        ref = model(x).logits
+        set_layout(model, "in")
+        set_layout(model, "packed")
+        out = model(x).logits
+    emb = model.get_input_embeddings().weight
+    assert model.lm_head.weight is emb and emb.is_contiguous()
+    assert layout_of(model) == "packed"
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)

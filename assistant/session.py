@@ -32,6 +32,7 @@ class SessionConfig:
     head_path: str | None = None     # a head artifact; None = shipped default for the target
     max_context: int | None = None   # tokens; None = the model's own limit
     engine: str = "auto"             # auto | eager | compiled (runtime.engine; auto: the measured faster here)
+    threads: int | None = None       # torch threads of the answers; None: measured and fitted to the load
 
 
 @dataclass
@@ -48,7 +49,9 @@ class Session:
     width_ctl: Any = None                                   # runtime.width.WidthController (auto width)
     engine: Any = None                                      # runtime.engine engine the answers run on
     pending_engine: Path | None = None                      # a compiled engine building in the background
-    threads: int = 0                                        # torch intra-op threads of the answers (set by load)
+    threads: int = 0                                        # torch's default thread count (set by load)
+    thread_policy: Any = None                               # runtime.threads.ThreadPolicy of the answers
+    progress: Callable[[str, float | None], None] | None = field(default=None, repr=False)   # load's reporter
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -68,6 +71,7 @@ class Session:
         from runtime.budget import resolve_dtype
 
         progress = progress or stderr_progress
+        self.progress = progress
         import torch
 
         self.threads = torch.get_num_threads()
@@ -87,6 +91,7 @@ class Session:
                          "engine", None)
             kind = "eager" if state in ("missing", "failed") else kind
         self._use_engine(kind, progress)          # before the build starts: it would skew the cost measurement
+        self._measure_threads(progress)
         if state == "missing":
             from runtime.layout import packed_keys
 
@@ -116,6 +121,12 @@ class Session:
             # one controller per engine: the width follows what the head banks on this user's text
             self.width_ctl = WidthController(plan.costs[plan.layout], self.config.tree_width)
 
+    def _measure_threads(self, progress: Callable[[str, float | None], None]) -> None:
+        from runtime.threads import ThreadPolicy, calibrate
+
+        times = {} if self.config.threads else calibrate(self.target, self.engine, progress)
+        self.thread_policy = ThreadPolicy(times=times, fixed=self.config.threads)
+
     def maybe_upgrade_engine(self, progress: Callable[[str, float | None], None] | None = None) -> bool:
         """Between answers: once the background build of the compiled engine has finished, load it and
         use it if it is the faster one here (True when the engine changed)."""
@@ -133,8 +144,11 @@ class Session:
         before = self.engine
         import torch
 
-        torch.set_num_threads(self.threads)       # the cost model measures (and caches) at the answers' count
-        self._use_engine("auto", progress or (lambda *a: None))
+        if self.threads:
+            torch.set_num_threads(self.threads)   # the cost model measures (and caches) at the default count
+        progress = progress or self.progress or (lambda *a: None)
+        self._use_engine("auto", progress)
+        self._measure_threads(progress)
         return self.engine is not before and self.engine.name != before.name
 
     def swap_head(self, path: str | Path | None) -> dict[str, Any]:
@@ -178,10 +192,6 @@ class Session:
         cfg = DecodeConfig(max_new_tokens=limit, max_nodes=cap)
         with self._lock:
             drafter = self.drafter
-        import torch
-
-        # while the compiled engine builds on one core, answer on the other (runtime.precompile)
-        torch.set_num_threads(1 if self.pending_engine is not None else self.threads)
         if self.config.method == "greedy":
             steps = greedy_generate(self.target, ids, cfg, cancel, engine=self.engine)
         else:
@@ -190,8 +200,13 @@ class Session:
         return self._marked_busy(steps)
 
     def _marked_busy(self, steps: Iterator[Any]) -> Iterator[Any]:
+        """Runs in the thread that iterates the answer: the thread count is set there, for its forwards."""
         from adapt.worker import generating
+        from runtime.threads import ThreadPolicy
 
+        if self.thread_policy is None:
+            self.thread_policy = ThreadPolicy(fixed=self.config.threads)
+        self.thread_policy.apply()
         with generating(self.profile_path, self.busy):
             yield from steps
 
@@ -199,6 +214,7 @@ class Session:
         t = self.target
         out = {"target": self.config.target, "dtype": self.config.dtype, "method": self.config.method,
                "engine": getattr(self.engine, "name", None), "engine_building": self.pending_engine is not None,
+               "threads": self.thread_policy.last if self.thread_policy is not None and self.thread_policy.last else None,
                "tree_width": (self.width_ctl.best() if self.width_ctl is not None
                               else self.width or self.config.tree_width)}
         if t is not None:
@@ -242,7 +258,7 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
     cfg = profile.config
     head = profile.heads.current()
     sc = SessionConfig(target=cfg.target, dtype=cfg.dtype, max_new_tokens=cfg.max_new_tokens,
-                       tree_width=cfg.tree_width, system_prompt=cfg.system_prompt,
+                       tree_width=cfg.tree_width, system_prompt=cfg.system_prompt, threads=cfg.threads,
                        head_path=str(head) if head else None)
     sc = replace(sc, **overrides)
     if sc.dtype == "auto":

@@ -13,6 +13,7 @@ truncated one. The file layout:
     max_new_tokens = 512
     system_prompt = ""
     keep_versions = 5           # head versions kept in heads/
+    threads = 2                 # optional: torch threads of the answers (default: measured, fitted to the load)
     [adapter]
     enabled = true
     min_new_answers = 20        # accepted answers before a cycle
@@ -63,6 +64,7 @@ class ProfileConfig:
     max_new_tokens: int = 512
     system_prompt: str = ""
     keep_versions: int = 5
+    threads: int | None = None
     adapter_enabled: bool = True
     adapter_min_new_answers: int = 20
     adapter_interval_s: float = 300
@@ -81,7 +83,7 @@ class ProfileConfig:
         for key in TOP_KEYS:
             value = getattr(self, key)
             if value is None:
-                lines.append(f"# {key} = \"8GiB\"")
+                lines.append(f"# {key} = {_EXAMPLES[key]}")
             else:
                 lines.append(f"{key} = {_toml_value(value)}")
         lines += ["", "[adapter]"]
@@ -90,7 +92,9 @@ class ProfileConfig:
         return "\n".join(lines) + "\n"
 
 
-TOP_KEYS = ("target", "dtype", "memory_budget", "tree_width", "max_new_tokens", "system_prompt", "keep_versions")
+TOP_KEYS = ("target", "dtype", "memory_budget", "tree_width", "max_new_tokens", "system_prompt", "keep_versions",
+            "threads")
+_EXAMPLES = {"memory_budget": '"8GiB"', "threads": "2"}     # optional keys, shown commented out
 ADAPTER_KEYS = {"enabled": "adapter_enabled", "min_new_answers": "adapter_min_new_answers",
                 "interval_s": "adapter_interval_s", "row_budget": "row_budget"}
 _TYPES = {f.name: f.type for f in fields(ProfileConfig)}
@@ -117,6 +121,8 @@ def _check(field_name: str, key: str, v: Any, where: str) -> Any:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
             raise bad("expected a positive number")
         return v
+    if v is None and field_name == "threads":
+        return None
     if "int" in t:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise bad("expected a positive integer")

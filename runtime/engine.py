@@ -282,7 +282,8 @@ class CompiledEngine:
                                                  **self._options()})
         else:
             path = self.artifact_path(feature_layers)
-            fn = precompile.load(path)
+            fn = precompile.load(path, problem=lambda m: self.progress and self.progress(f"saved compiled engine: {m}",
+                                                                                          None))
             if fn is None:
                 if self.progress:
                     self.progress("compiling the verify forward (once per machine, 1-2 min on 2 cores; cached under "

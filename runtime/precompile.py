@@ -97,15 +97,25 @@ def _private(path: Path) -> bool:
     return (not hasattr(os, "getuid") or st.st_uid == os.getuid()) and not st.st_mode & 0o022
 
 
-def load(path: Path) -> Callable | None:
-    """The saved compiled function at `path`, or None (missing, not private, or unreadable: removed)."""
+def load(path: Path, problem: Callable[[str], None] | None = None) -> Callable | None:
+    """The saved compiled function at `path`, or None (missing, not private, or unreadable: removed, and
+    `problem` told why in one line)."""
     try:
-        if not path.is_file() or not _private(path):
+        if not path.is_file():
             return None
-        with open(path, "rb") as f:
-            fn = torch.compiler.load_compiled_function(f)
-    except Exception:  # noqa: BLE001 - a stale or broken artifact only means: compile again
+        if not _private(path):
+            if problem:
+                problem(f"{path.name} is writable by others: not read")
+            return None
+        from runtime import engine
+
+        with open(path, "rb") as f:     # the compiled forward's globals are runtime.engine's (torch, ...)
+            fn = torch.compiler.load_compiled_function(f, f_globals=vars(engine))
+    except Exception as e:  # noqa: BLE001 - a stale or broken artifact only means: compile again
         path.unlink(missing_ok=True)
+        if problem:
+            text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            problem(f"{path.name} could not be loaded ({type(e).__name__}: {text}); removed")
         return None
     fn.disable_guard_check()       # validity is the artifact key's job; the engine checks the output once
     return fn

@@ -19,6 +19,8 @@ import json
 import sys
 from typing import Any
 
+from assistant.commands import positive_int
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("ask", help="answer a prompt (or a JSONL file of prompts) without the UI",
@@ -28,12 +30,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--file", metavar="PROMPTS.jsonl", help="answer every prompt of a JSON Lines file")
     p.add_argument("--profile", default=None, help="profile name (default: $ASSISTANT_PROFILE or 'default')")
     p.add_argument("--json", action="store_true", help="print one JSON object per answer")
-    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
                    help="answer length limit (default: the profile's max_new_tokens)")
     p.add_argument("--engine", choices=("auto", "eager", "compiled"), default=None,
                    help="decode engine (runtime/engine.py); auto: the measured faster on this device")
     p.add_argument("--dtype", choices=("auto", "fp32", "bf16", "int8"), default=None,
                    help="override the profile's dtype")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch threads of the answers (default: the profile's, else measured and fitted to the "
+                        "machine's load)")
     p.set_defaults(func=run)
 
 
@@ -105,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"dtype": args.dtype} if args.dtype else {}
     if args.engine:
         overrides["engine"] = args.engine
+    if args.threads:
+        overrides["threads"] = args.threads
     session = Session.from_profile(profile, **overrides)
     session.load()
     info = session.info()

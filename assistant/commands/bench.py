@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from assistant.commands import positive_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark decoding methods on a JSONL prompt set",
@@ -12,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True, help="JSONL file; prompt field found by itself")
     p.add_argument("--limit", type=int, default=None, help="first N prompts")
     p.add_argument("--offset", type=int, default=0, help="skip the first K prompts")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16", "int8"], default="auto",
                    help="auto: bf16 on a GPU or a CPU with native bf16, else fp32")
     p.add_argument("--methods", default="hf,pld,greedy,phrase",
@@ -27,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", choices=["auto", "out", "in", "packed"], default="auto",
                    help="weight layout for greedy and phrase (runtime/layout.py); auto: the measured best "
                         "without --tree-width, as loaded with it")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch threads of every method (default: measured on the engine and fitted to the load at "
+                        "the start, as chat and ask pick them)")
     p.add_argument("--recalibrate", action="store_true",
                    help="measure the verify cost per width and layout again (run alone; the result is cached)")
     p.add_argument("--target", default=None, help="model (default: the profile's target)")
@@ -83,6 +88,12 @@ def run(args) -> int:
     say = lambda s, f=None: print(f"[bench] {s}", file=sys.stderr)  # noqa: E731
     layers = tuple(getattr(drafter, "feature_layers", (-1,)))
     engine, plan = pick_engine(target, 16, say, refresh=args.recalibrate, kind=args.engine, feature_layers=layers)
+    from runtime.threads import ThreadPolicy, calibrate as calibrate_threads
+
+    policy = ThreadPolicy(times={} if args.threads else calibrate_threads(target, engine, say), fixed=args.threads)
+    threads = policy.apply()
+    say(f"{threads} thread{'s' if threads > 1 else ''} ({'--threads' if args.threads else 'measured'}"
+        f"{'' if args.threads or policy.last_busy is None else f', other processes busy on {policy.last_busy:.1f} cores'})")
     width, layout, width_costs = args.tree_width, args.layout, ()
     if engine.name != "eager" and layout not in ("auto", engine.layout):
         print(f"assistant: the compiled engine runs {engine.layout} weights; --layout {layout} needs --engine eager",
@@ -104,6 +115,7 @@ def run(args) -> int:
                       ignore_eos=args.ignore_eos, layout=layout, width_costs=width_costs, engine=engine.name)
     report = run_bench(target, prompts, cfg, drafter, progress=say, engine=engine, llamacpp=llamacpp)
     report["dataset"] = args.dataset
+    report["threads"] = threads
     report["head"] = info
     report["skipped_lines"] = errors
     print(format_table(report))

@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from assistant.commands import positive_int
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("chat", help="the terminal UI",
@@ -23,6 +25,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile", default=None, help="profile name (default: $ASSISTANT_PROFILE or 'default')")
     p.add_argument("--engine", choices=("auto", "eager", "compiled"), default="auto",
                    help="decode engine (runtime/engine.py); auto: the measured faster on this device")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch threads of the answers (default: the profile's, else measured and fitted to the "
+                        "machine's load)")
     p.set_defaults(func=run)
 
 
@@ -98,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     startup_errors: list[tuple[BaseException, str]] = []
     cfg = profile.config
     try:
-        session: Any = session_mod.Session.from_profile(profile, engine=getattr(args, "engine", "auto"))
+        overrides = {"threads": args.threads} if getattr(args, "threads", None) else {}
+        session: Any = session_mod.Session.from_profile(profile, engine=getattr(args, "engine", "auto"), **overrides)
     except Exception as e:  # noqa: BLE001 - shown in the UI with what to do
         session = _BrokenSession(e, {"target": cfg.target, "dtype": cfg.dtype})
     try:

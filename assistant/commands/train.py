@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from assistant.commands import positive_int
+
 DEFAULT_DATA = "/work/shared/data/gsm8k_train.jsonl:0:1000"
 
 
@@ -30,7 +32,7 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="target precision for distillation")
     p.add_argument("--data", action="append", metavar="FILE[:START:STOP]",
                    help=f"training prompts (JSONL; repeatable; default {DEFAULT_DATA})")
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=positive_int, default=256)
     p.add_argument("--gen-batch", type=int, default=16, help="distillation batch size")
     p.add_argument("--rows", type=int, default=8000, help="draft-vocabulary row budget")
     p.add_argument("--max-words", type=int, default=3)

@@ -49,10 +49,11 @@ def test_first_answers_eager_then_compiled_after_the_background_build(checkpoint
     while not ready(s.pending_engine) and time.time() < deadline:
         time.sleep(1)
     assert ready(s.pending_engine), s.pending_engine.with_name(s.pending_engine.name + ".log").read_text()[-2000:]
+    notes.clear()
     second = [t for step in s.answer(msgs) for t in step.tokens]
-    assert s.engine.name == "compiled" and s.pending_engine is None and not s.info()["engine_building"]
+    assert s.pending_engine is None and not s.info()["engine_building"]
+    assert any("loaded the compiled" in n for n in notes) and not any("compiling" in n for n in notes), notes
     assert second == first and len(first) == 12
-    assert torch.get_num_threads() == s.threads           # back to the answers' thread count
 
 
 START = r"""

@@ -10,7 +10,9 @@ does both once per model, dtype, device and machine, caches the measurement as J
 under the user cache directory, and returns a `VerifyPlan`; `apply_plan` puts the
 target in the plan's layout. Each engine (runtime.engine) has its own measurement;
 `pick_engine(target, kind="auto")` builds the compiled engine and keeps whichever engine
-expects more tokens per second, so "auto" is decided by the same cached numbers. Why measure: on one 2-core CPU a 16-node verify cost
+expects more tokens per second, so "auto" is decided by the same cached numbers. A compiled
+engine's measurement carries its `tag` (its saved forward's key: a changed engine is measured
+again), and a measurement taken while other processes kept a core busy is used but not cached. Why measure: on one 2-core CPU a 16-node verify cost
 x1.7 of a 1-token forward, on another x3.6 (w=3 cost x1.1 there), and the [in, out]
 layout cut fp32's x3.0 to x1.75 but was slower in bf16, so no fixed choice is right.
 The target is left in the layout it came in.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -89,10 +92,10 @@ def _key(target, engine: str = "eager") -> str:
     return f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{torch.get_num_threads()}t-{engine}"
 
 
-def _read(path: Path) -> dict[str, dict[int, float]] | None:
+def _read(path: Path, tag: str | None = None) -> dict[str, dict[int, float]] | None:
     try:
         data = json.loads(path.read_text())
-        if data.get("version") != CACHE_VERSION:
+        if data.get("version") != CACHE_VERSION or (tag is not None and data.get("tag", "") != tag):
             return None
         return {lay: {int(w): float(s) for w, s in c.items()} for lay, c in data["costs"].items()}
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
@@ -116,23 +119,34 @@ def calibrate(target, cap: int = 16, progress=None, refresh: bool = False, engin
     """The plan to use (width <= cap) on `engine` (None: eager), from a cached or fresh measurement of
     this device; `refresh` measures again (a measurement taken while the machine was busy would
     otherwise stick)."""
+    from runtime.threads import BUSY_THRESHOLD, busy_cores
+
     name = engine.name if engine is not None else "eager"
+    tag = getattr(engine, "tag", "") if engine is not None else ""
     path = Path(cache_dir()) / "costmodel" / f"{_key(target, name)}.json"
-    costs = None if refresh else _read(path)
+    costs = None if refresh else _read(path, tag)
     wanted = [w for w in WIDTHS if w <= max(cap, 1)]
     layouts = layouts_for(target, engine)
     if not costs or set(costs) != set(layouts) or any(max(c) < max(wanted) for c in costs.values()):
+        busy = busy_cores(0.2)
         if progress:
             progress(f"measuring verify cost per tree width and weight layout on the {name} engine "
-                     "(once per machine)", None)
+                     "(once per machine, a few seconds)", None)
         costs = {lay: verify_costs(target, wanted, lay, engine=engine) for lay in layouts}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        base = costs[layouts[0]][1]
-        relative = {lay: {w: round(s / base, 3) for w, s in c.items()} for lay, c in costs.items()}
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "costs": costs, f"relative_to_{layouts[0]}_w1": relative,
-                                   "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}))
-        tmp.replace(path)
+        if busy is not None and busy >= BUSY_THRESHOLD:
+            # other processes held a core: the ratios are skewed, so they serve this run only
+            if progress:
+                progress(f"other processes kept {busy:.1f} cores busy: the measurement is used now, not cached",
+                         None)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp-{os.getpid()}")
+            base = costs[layouts[0]][1]
+            relative = {lay: {w: round(s / base, 3) for w, s in c.items()} for lay, c in costs.items()}
+            tmp.write_text(json.dumps({"version": CACHE_VERSION, "tag": tag, "costs": costs,
+                                       f"relative_to_{layouts[0]}_w1": relative,
+                                       "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}))
+            os.replace(tmp, path)
     layout, width = choose(costs, cap)
     return VerifyPlan(width=width, layout=layout, costs=costs)
 

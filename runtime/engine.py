@@ -263,6 +263,11 @@ class CompiledEngine:
 
         return precompile.artifact_path(self.model, self.layout, feature_layers, self._options())
 
+    @property
+    def tag(self) -> str:
+        """Names this engine's code and graph for cached measurements of it (runtime.costmodel)."""
+        return "cuda" if self.cuda else self.artifact_path(self.feature_layers).stem.rsplit("-", 1)[-1][:12]
+
     def has_artifact(self, feature_layers: Sequence[int] | None = None) -> bool:
         """A saved compiled forward for these feature layers exists (CPU only; CUDA compiles every start)."""
         return not self.cuda and self.artifact_path(tuple(feature_layers or self.feature_layers)).is_file()

@@ -120,7 +120,9 @@ def measure(target, engine, counts: list[int] | None = None, prefix: int = 128, 
 
 
 def _path(target, engine) -> Path:
-    key = f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{available_cores()}c-{engine.name}"
+    tag = getattr(engine, "tag", "")
+    key = (f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{available_cores()}c-{engine.name}"
+           + (f"-{tag}" if tag else ""))
     return Path(cache_dir()) / "costmodel" / f"threads-{key}.json"
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from runtime import costmodel
+from runtime import threads
 from runtime.costmodel import VerifyPlan, calibrate, choose, expected_tokens_per_pass, verify_costs
 from runtime.layout import layout_of
 
@@ -43,6 +44,7 @@ def test_calibrate_caches_per_machine(tmp_path, monkeypatch):
         return {w: (1.0 + w / 4 if layout == "out" else 0.9 + w / 100) for w in widths}
 
     monkeypatch.setattr(costmodel, "verify_costs", fake)
+    monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: 0.0)
     t = tiny_qwen3()
     plan = calibrate(t, 16)
     assert isinstance(plan, VerifyPlan) and plan.layout == "in" and plan.width == 16
@@ -90,3 +92,32 @@ def test_gpu_table_script_refuses_without_a_gpu():
         pytest.skip("a GPU is here")
     p = _table_script()
     assert p.returncode == 2 and "no CUDA device here" in p.stderr and p.stdout == ""
+
+
+def test_a_measurement_under_load_is_used_but_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    monkeypatch.setattr(costmodel, "verify_costs", lambda target, widths, layout=None, **kw: {w: 1.0 + w for w in widths})
+    monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: 1.0)
+    notes = []
+    plan = calibrate(tiny_qwen3(), 16, lambda m, f=None: notes.append(m))
+    assert plan.width >= 1 and not list((tmp_path / "costmodel").glob("*.json"))
+    assert any("not cached" in n for n in notes)
+
+
+def test_a_changed_compiled_engine_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: 0.0)
+    calls = []
+    monkeypatch.setattr(costmodel, "verify_costs",
+                        lambda target, widths, layout=None, **kw: calls.append(1) or {w: 1.0 for w in widths})
+
+    class Engine:
+        name, layout, tag = "compiled", "packed", "aaa"
+
+    t = tiny_qwen3()
+    calibrate(t, 16, engine=Engine())
+    calibrate(t, 16, engine=Engine())
+    assert len(calls) == 1
+    Engine.tag = "bbb"
+    calibrate(t, 16, engine=Engine())
+    assert len(calls) == 2

@@ -55,6 +55,16 @@ class AdapterError(RuntimeError):
     """The adapter cannot run (no head to adapt, ...): a one-line reason."""
 
 
+class _Collect:
+    """A ChangeLog stand-in that keeps the records for one write at the end of the cycle."""
+
+    def __init__(self, into: list[dict]):
+        self.into = into
+
+    def write(self, records) -> None:
+        self.into.extend(records)
+
+
 class AdapterBusy(AdapterError):
     """Another adapter holds the profile's adapter lock."""
 
@@ -246,10 +256,10 @@ def load_held_out(path: Path, layers, target_name: str):
 
 def save_held_out(path: Path, answers, feats, target_name: str) -> None:
     """Atomically write the held-out set (one safetensors file: features and the answers' ids)."""
-    import os
-
     import torch
-    from safetensors.torch import save_file
+    from safetensors.torch import save
+
+    from profiles.atomic import atomic_write_bytes
 
     cat = lambda xs: torch.tensor([t for x in xs for t in x], dtype=torch.long)  # noqa: E731
     tensors = {"feats": feats.feats.contiguous(), "roots": feats.roots, "seq": feats.seq, "pos": feats.pos,
@@ -257,9 +267,7 @@ def save_held_out(path: Path, answers, feats, target_name: str) -> None:
                "prompt_len": torch.tensor([len(a.prompt_ids) for a in answers], dtype=torch.long),
                "answer_len": torch.tensor([len(a.answer_ids) for a in answers], dtype=torch.long),
                "prompt_ids": cat(a.prompt_ids for a in answers), "answer_ids": cat(a.answer_ids for a in answers)}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"target": target_name, "layers": ",".join(map(str, feats.layers))})
-    os.replace(tmp, path)
+    atomic_write_bytes(path, save(tensors, metadata={"target": target_name, "layers": ",".join(map(str, feats.layers))}))
 
 
 def merge_held_out(old_answers, old_feats, new_answers, new_feats, keep: int):
@@ -354,11 +362,7 @@ def _ensure_slice(adir: Path, name: str, target, layers, meta, config: CycleConf
             feats = None
     if feats is None:
         feats = _features(target, answers, layers, config, pause)
-        tmp = fpath.with_name(fpath.name + ".tmp-build")
-        feats.save(tmp, {"target": target.name})
-        import os
-
-        os.replace(tmp, fpath)
+        feats.save(fpath, {"target": target.name})
     return answers, feats, {"available": True, **info, "answers": len(answers)}
 
 
@@ -536,12 +540,13 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     gains = candidate_gains(seqs_window, vocab, mined)
     the_plan = plan(vocab, [(c, gains[c]) for c in mined], budget, now, GrowConfig(half_life_s=config.half_life_s))
     vlog = ChangeLog(adir / VOCAB_LOG)
+    changes: list[dict] = []      # written with the cycle's own record at its end: a killed cycle logs nothing
 
     def init_fn(rows):
         tg = replay.targets(vocab)
         return mean_trunk_init(head, replay.feats, replay.roots, emb, tg, rows)
 
-    added, evicted = apply(head, vocab, the_plan, table, now, vlog, cycle_no, init_fn)
+    added, evicted = apply(head, vocab, the_plan, table, now, _Collect(changes), cycle_no, init_fn)
     pause()
     new_chain, new_chain_p = chain_table(seqs_window, vocab, config.chain_width, with_probs=True)
     chain, chain_p = merge_chain(art.extra.get("chain"), new_chain, set(added) | set(evicted), config.chain_width,
@@ -620,8 +625,8 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
         on_stage("published")
     report["version"] = version
     report["seconds"] = round(time.time() - t_start, 2)
-    vlog.write([{"op": "cycle", "cycle": cycle_no, "time": time.time(), "status": report["status"],
-                 "version": version, "grown": len(added), "evicted": len(evicted), "rows": len(vocab)}])
+    vlog.write(changes + [{"op": "cycle", "cycle": cycle_no, "time": time.time(), "status": report["status"],
+                           "version": version, "grown": len(added), "evicted": len(evicted), "rows": len(vocab)}])
 
     # 8: state (after the publish)
     on_stage("state")

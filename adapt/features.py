@@ -37,12 +37,15 @@ class Features:
         return torch.cat([self.feats[:, i * hidden:(i + 1) * hidden] for i in idx], dim=1)
 
     def save(self, path: str | Path, meta: dict[str, str] | None = None) -> None:
-        from safetensors.torch import save_file
+        """Write atomically (profiles.atomic: temp file, fsync, rename; private to the user)."""
+        from safetensors.torch import save
+
+        from profiles.atomic import atomic_write_bytes
 
         md = dict(meta or {})
         md["layers"] = ",".join(map(str, self.layers))
-        save_file({"feats": self.feats.contiguous(), "roots": self.roots, "seq": self.seq, "pos": self.pos},
-                  str(path), metadata=md)
+        atomic_write_bytes(path, save({"feats": self.feats.contiguous(), "roots": self.roots, "seq": self.seq,
+                                       "pos": self.pos}, metadata=md))
 
     @classmethod
     def load(cls, path: str | Path) -> tuple["Features", dict[str, str]]:

@@ -4,9 +4,11 @@
 Contract: `status(profile)` -> dict (version, versions, rows, capacity,
 row_budget, enabled, schedule, cycles, published, rejected, grown, evicted,
 last_msg_id, pending, held_out (answers kept to judge cycles on), last_cycle,
-tokens_per_pass, last_error[, problem]). It
-reads adapter/state.json, heads/ (CURRENT, meta.json, else the artifact's
-safetensors header) and history.sqlite read-only; it never imports torch.
+tokens_per_pass, last_error, problems[, problem: the first]). The head is resolved
+exactly as the runtime resolves it (HeadStore.current: CURRENT if good, else the
+newest good version, else the shipped head), and every damaged file it met is one
+line of `problems`. It reads adapter/state.json, heads/ (CURRENT, meta.json, else the
+artifact's safetensors header) and history.sqlite read-only; it never imports torch.
 `run_once(profile, target=None)` runs adapt.cycle.run_cycle and returns its report.
 """
 from __future__ import annotations
@@ -51,9 +53,10 @@ def _header_len(path: Path, name: str) -> int:
         return 0
 
 
-def _pending(history: Path, since: int) -> int | None:
+def _pending(history: Path, since: int) -> tuple[int | None, str | None]:
+    """(accepted answers after message `since`, None) or (None, why it cannot be read)."""
     if not history.exists():
-        return 0
+        return 0, None
     try:
         db = sqlite3.connect(f"file:{history}?mode=ro", uri=True, timeout=2.0)
         try:
@@ -61,9 +64,9 @@ def _pending(history: Path, since: int) -> int | None:
                                (since,)).fetchall()
         finally:
             db.close()
-        return int(n)
-    except sqlite3.Error:
-        return None
+        return int(n), None
+    except sqlite3.Error as e:
+        return None, f"{history}: unreadable ({e})"
 
 
 def _shipped_head(target: str) -> Path | None:
@@ -85,17 +88,29 @@ def status(profile) -> dict[str, Any]:
         st, out["problem"] = {}, str(e)
     cfg = profile.config
     heads = profile.heads
-    version = heads.current_version()
+    heads.report = lambda message: None          # collected in `problems` below, printed once
+    current = heads.current()                    # the head answers use: Session.from_profile resolves it so
+    problems = list(heads.problems)
+    version = current.parent.name if current is not None else None
     rows = capacity = None
-    if version:
-        meta = heads.meta(version)
+    if current is not None:
+        try:
+            meta = heads.meta(version)
+        except Exception as e:  # noqa: BLE001 - a damaged meta.json: the artifact's own header still tells
+            meta = {}
+            problems.append(f"{current.parent / 'meta.json'}: unreadable ({type(e).__name__})")
         rows, capacity = meta.get("rows"), meta.get("capacity")
         if rows is None:
-            rows, capacity = _header_rows(heads.path_of(version))
+            rows, capacity = _header_rows(current)
     else:
         shipped = _shipped_head(cfg.target)
         if shipped is not None:
             rows, capacity = _header_rows(shipped)
+    pending, why = _pending(profile.history_path, int(st.get("last_msg_id", 0) or 0))
+    if why:
+        problems.append(why)
+    if out.get("problem"):
+        problems.insert(0, out["problem"])
     last = st.get("last_cycle") or {}
     out.update({
         "version": version, "versions": heads.versions(), "rows": rows, "capacity": capacity,
@@ -104,12 +119,15 @@ def status(profile) -> dict[str, Any]:
         "cycles": st.get("cycles", 0), "published": st.get("published", 0), "rejected": st.get("rejected", 0),
         "grown": st.get("grown", 0), "evicted": st.get("evicted", 0),
         "last_msg_id": st.get("last_msg_id", 0),
-        "pending": _pending(profile.history_path, int(st.get("last_msg_id", 0) or 0)),
+        "pending": pending,
         "held_out": _header_len(adapter_dir(profile.path) / HELD_OUT_FILE, "keys"),
         "last_cycle": last or None,
         "tokens_per_pass": last.get("tokens_per_pass"),
         "last_error": st.get("last_error"),
+        "problems": problems,
     })
+    if problems:
+        out["problem"] = problems[0]
     return out
 
 

@@ -40,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         print("assistant: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - the one place that turns errors into one line
-        from assistant.errors import is_user_error
+        from assistant.errors import is_user_error, one_line
 
         if is_user_error(e):
-            print(f"assistant: {e}", file=sys.stderr)
+            print(f"assistant: {one_line(e)}", file=sys.stderr)
             return 1
         raise
 

@@ -182,12 +182,12 @@ class Session:
         self.maybe_upgrade_engine()
         ids = self.prompt_ids(messages)
         limit = max_new_tokens or self.config.max_new_tokens
-        if self.config.max_context is not None:
-            room = self.config.max_context - len(ids)
-            if room <= 0:
-                raise ContextFullError(f"the conversation uses {len(ids)} tokens and the context holds "
-                                       f"{self.config.max_context}: start a new conversation")
-            limit = min(limit, room)
+        context = self.context_limit()
+        room = context - len(ids)
+        if room <= 0:          # refused before any forward: a prompt past the context cannot be answered
+            raise ContextFullError(f"the conversation uses {len(ids):,} tokens and the context holds {context:,}: "
+                                   "shorten it or start a new conversation")
+        limit = min(limit, room)
         cap = self.config.tree_width if self.width_ctl is not None else (self.width or self.config.tree_width)
         cfg = DecodeConfig(max_new_tokens=limit, max_nodes=cap)
         with self._lock:
@@ -198,6 +198,12 @@ class Session:
             steps = speculative_generate(self.target, ids, drafter, cfg, cancel, width=self.width_ctl,
                                          engine=self.engine)
         return self._marked_busy(steps)
+
+    def context_limit(self) -> int:
+        """Tokens an answer's prompt + reply may hold: the memory budget's context, at most the model's own."""
+        own = int(getattr(self.target.model.config, "max_position_embeddings", 0) or 0) if self.target else 0
+        limits = [n for n in (self.config.max_context, own) if n]
+        return min(limits) if limits else 1 << 30
 
     def _marked_busy(self, steps: Iterator[Any]) -> Iterator[Any]:
         """Runs in the thread that iterates the answer: the thread count is set there, for its forwards."""

@@ -3,8 +3,12 @@
 Contract: after `atomic_write_bytes(path, data)` returns, `path` holds exactly
 `data` and survives a crash or power loss; if the process dies at any point
 before that, `path` holds its old content (or does not exist) and at most a
-`.<name>.tmp-*` file is left behind, which `clean_temp(folder)` removes.
-`copy_file_durably(src, dst)` copies and fsyncs (dst must be a fresh path).
+`.<name>.tmp-<pid>-*` file is left behind, which `clean_temp(folder)` removes once
+its writer is gone (a live writer's temp file is never touched: two processes
+opening one profile at once must not delete each other's half-written files).
+Every file written here is private to the user (0600). `copy_file_durably(src, dst)`
+copies and fsyncs (dst must be a fresh path). `private_file(path)` creates an empty
+0600 file (or narrows an existing one) for writers that are not atomic (SQLite, logs).
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ def write_chunks(fd: int, data: bytes) -> None:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}{os.getpid()}-")
     try:
         write_chunks(fd, data)
         os.fsync(fd)
@@ -66,7 +70,7 @@ def copy_file_durably(src: str | os.PathLike, dst: str | os.PathLike) -> int:
     """Copy src to a NEW file dst (fails if it exists) and fsync it; returns the byte count."""
     n = 0
     with open(src, "rb") as fin:
-        fd = os.open(os.fspath(dst), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(os.fspath(dst), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             while chunk := fin.read(CHUNK):
                 write_chunks(fd, chunk)
@@ -77,11 +81,44 @@ def copy_file_durably(src: str | os.PathLike, dst: str | os.PathLike) -> int:
     return n
 
 
+def private_file(path: str | os.PathLike) -> Path:
+    """Make sure `path` exists and only its owner can read or write it (0600)."""
+    path = Path(path)
+    try:
+        os.close(os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        mode = path.stat().st_mode
+        if mode & 0o077 and not path.is_dir():
+            try:
+                os.chmod(path, mode & 0o700)
+            except OSError:                # not ours to change: reading it still works
+                pass
+    return path
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that named a temp file `.<x>.tmp-<pid>-*` still runs (True when unsure)."""
+    try:
+        pid = int(name.split(TMP_MARK, 1)[1].split("-", 1)[0])
+    except (IndexError, ValueError):
+        return False                       # an old-style name: its writer finished long ago
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def clean_temp(folder: str | os.PathLike) -> list[Path]:
-    """Remove temp files left by a crashed atomic write in `folder`; returns what was removed."""
+    """Remove temp files left by crashed atomic writes in `folder` (not those of live writers);
+    returns what was removed."""
     removed = []
     for p in Path(folder).glob(f".*{TMP_MARK}*"):
-        if p.is_file():
+        if p.is_file() and not _writer_alive(p.name):
             try:
                 p.unlink()
                 removed.append(p)

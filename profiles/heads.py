@@ -15,8 +15,8 @@ Contract:
   writer.
 - `current()` returns the artifact path of CURRENT's version when it validates
   (header + size), else the newest good version, reporting the damaged one
-  (one line naming the file) through `report` and in `problems`. None when no
-  version is good. Readers take no lock: versions are immutable once visible.
+  (one line naming the file) through `report` (once per store) and in `problems`.
+  None when no version is good (also reported: the shipped head answers then). Readers take no lock: versions are immutable once visible.
 - `versions()` lists complete versions, oldest first; `prune(keep)` removes the
   oldest beyond `keep`, never CURRENT's.
 Nothing here imports torch.
@@ -88,6 +88,7 @@ class HeadStore:
         self.lock_timeout = lock_timeout
         self.report = report or log.warning
         self.problems: list[str] = []
+        self._reported: set[str] = set()      # each damaged file is reported once per store, not per read
 
     # ---- reading (no lock) -------------------------------------------------------------
     def versions(self) -> list[str]:
@@ -166,11 +167,15 @@ class HeadStore:
                     self._problem(f"{self.root}: falling back to head version {v} (CURRENT names {wanted})")
                 return self.path_of(v)
             self._problem(problem)
+        if versions:
+            self._problem(f"{self.root}: no head version is usable; answers use the shipped head")
         return None
 
     def _problem(self, message: str) -> None:
         self.problems.append(message)
-        self.report(message)
+        if message not in self._reported:
+            self._reported.add(message)
+            self.report(message)
 
     # ---- writing (under the lock) ----------------------------------------------------------
     def lock(self, timeout: float | None = None) -> FileLock:

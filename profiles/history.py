@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from profiles.atomic import private_file
 from profiles.errors import ProfileError
 
 ROLES = ("system", "user", "assistant")
@@ -80,6 +81,13 @@ class HistoryStore:
         self.path = Path(path)
         self._lock = threading.RLock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # SQLite gives the -wal and -shm files the database file's mode: create it private first
+            for p in (self.path, self.path.with_name(self.path.name + "-wal"), self.path.with_name(self.path.name + "-shm")):
+                if p == self.path or p.exists():
+                    private_file(p)
+        except OSError as e:
+            raise ProfileError(f"{self.path}: cannot create ({e.strerror or e})") from e
         try:
             self._db = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None,
                                        check_same_thread=False)

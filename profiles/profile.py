@@ -3,7 +3,8 @@
 Contract: `Profile.open(name=None, create=True)` opens `paths.profile_dir(name)`
 (name None: $ASSISTANT_PROFILE or "default"), creating the directory and a
 default profile.toml when `create` is true, else raising ProfileError when it
-does not exist. It reads profile.toml at once: a malformed file raises
+does not exist; the folder is made private to the user (0700) and every file the
+project writes in it is 0600. It reads profile.toml at once: a malformed file raises
 ProfileError naming it (with strict=False the defaults are used and the problem
 is kept in `problems`); the file itself is never rewritten by opening. `heads`
 and `history` open lazily, so a damaged history.sqlite does not stop the
@@ -20,6 +21,15 @@ from profiles.config import ProfileConfig, load_config, save_config
 from profiles.errors import ProfileError
 from profiles.heads import HeadStore
 from profiles.history import HistoryStore
+
+
+def _make_private(path: Path) -> None:
+    """A profile holds one person's chats: its folder is the owner's alone (0700)."""
+    try:
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
+    except OSError:
+        pass
 
 
 @dataclass
@@ -39,7 +49,9 @@ class Profile:
         if not path.is_dir():
             if not create:
                 raise ProfileError(f"{path}: no profile named {name!r} (create it with: assistant profile create {name})")
-            path.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.mkdir(exist_ok=True, mode=0o700)
+        _make_private(path)
         if not cfg_path.exists() and create:
             save_config(cfg_path, ProfileConfig())
         clean_temp(path)

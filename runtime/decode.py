@@ -7,7 +7,7 @@ a drafted token is kept only while it equals the target's argmax at its parent,
 and the target's argmax after the last kept node (the bonus) is always added.
 EOS, stop strings and max_new_tokens cut the run exactly where greedy decoding
 would stop, also in the middle of an accepted run. `cancel()` is polled between
-passes. `greedy_generate` is the plain one-token reference on the same cache code.
+passes and between the prompt's prefill chunks. `greedy_generate` is the plain one-token reference on the same cache code.
 A `runtime.width.WidthController` may pick each pass's tree width (<= max_nodes);
 the output never depends on it, only the time does. The target's forwards run on a
 `runtime.engine` engine (eager by default, the reference); an engine whose cache is
@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import torch
 
-from runtime.engine import EagerEngine
+from runtime.engine import Cancelled, EagerEngine
 from runtime.textstream import TextStream
 from runtime.tree import Tree, accept, build_tree
 from runtime.width import WidthController
@@ -138,7 +138,11 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         return
     t0 = time.perf_counter()
     cache = engine.new_cache(len(prompt_ids) + config.max_new_tokens + config.max_nodes)
-    root, feats = engine.prefill(cache, prompt_ids, layers)
+    try:
+        root, feats = engine.prefill(cache, prompt_ids, layers, cancel=cancel)
+    except Cancelled:
+        yield Step(tokens=[], drafted=0, text="", finish="cancelled")
+        return
     if width is not None:
         width.start_answer()
     prefix_len = len(prompt_ids)

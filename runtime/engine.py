@@ -2,8 +2,9 @@
 
 Contract: an engine offers the three target calls of the decode loop on a cache it makes
 for one answer, `cache = engine.new_cache(room)` (room: the most tokens the answer may cache):
-- `prefill(cache, prompt_ids, feature_layers) -> (root, feats [Lf, H] | None)`: the prompt in
-  chunks; root = the target's argmax after it; feats = its hidden states at `feature_layers`.
+- `prefill(cache, prompt_ids, feature_layers, cancel=None) -> (root, feats [Lf, H] | None)`: the
+  prompt in chunks (`cancel()` polled between them: Cancelled); root = the target's argmax after
+  it; feats = its hidden states at `feature_layers`.
 - `verify(cache, tree, prefix_len, feature_layers) -> (argmax list[q], feats [Lf, q, H] | None)`:
   one forward over the tree's q nodes on top of the first `prefix_len` cached tokens.
 - `commit(cache, prefix_len, path) -> prefix_len + len(path)`: keep the accepted nodes only.
@@ -57,6 +58,15 @@ class EngineUnavailable(RuntimeError):
     """The compiled engine cannot run here (message is one line)."""
 
 
+class Cancelled(Exception):
+    """`cancel()` said stop while a prompt was being prefilled."""
+
+
+def _check(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled
+
+
 def _features(hidden_states, layers: Sequence[int], index) -> torch.Tensor | None:
     return torch.stack([hidden_states[i][0, index] for i in layers]) if layers else None
 
@@ -78,13 +88,14 @@ class EagerEngine:
         return None
 
     def prefill(self, cache, prompt_ids: Sequence[int], feature_layers: Sequence[int] = (-1,),
-                chunk: int = PREFILL_CHUNK):
+                chunk: int = PREFILL_CHUNK, cancel: Callable[[], bool] | None = None):
         """Long prompts go in chunks so activations stay inside the memory budget; only the last
-        position's logits and hidden states are kept."""
+        position's logits and hidden states are kept. `cancel` is polled between chunks (Cancelled)."""
         device = self.model.device
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
         n = ids.shape[1]
         for start in range(0, n, chunk):
+            _check(cancel)
             last = start + chunk >= n
             part = ids[:, start: start + chunk]
             pos = torch.arange(start, start + part.shape[1], device=device)[None]
@@ -233,15 +244,16 @@ class CompiledEngine:
 
     # -- forwards ----------------------------------------------------------------------------------------
     def prefill(self, cache, prompt_ids: Sequence[int], feature_layers: Sequence[int] = (-1,),
-                chunk: int = PREFILL_CHUNK):
+                chunk: int = PREFILL_CHUNK, cancel: Callable[[], bool] | None = None):
         """Eager, in chunks, on the static cache: each chunk attends to the cached window before it
-        and causally to itself."""
+        and causally to itself; `cancel` is polled between chunks (Cancelled)."""
         n = len(prompt_ids)
         if n > cache.assistant_limit:
             raise ContextFull(f"the prompt has {n} tokens and the context holds {cache.assistant_limit}")
         device, dtype = self.model.device, self.model.dtype
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
         for start in range(0, n, chunk):
+            _check(cancel)
             last = start + chunk >= n
             part = ids[:, start: start + chunk]
             c = part.shape[1]

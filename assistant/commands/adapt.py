@@ -57,8 +57,8 @@ def _fmt_status(s: dict[str, Any]) -> str:
                  f"answers or {s['schedule']['interval_s']:g} s")
     if s.get("last_error"):
         lines.append(f"last error     {s['last_error'].get('message')}")
-    if s.get("problem"):
-        lines.append(f"problem        {s['problem']}")
+    for i, problem in enumerate(s.get("problems") or ([s["problem"]] if s.get("problem") else [])):
+        lines.append(f"{'problem' if i == 0 else '':<15}{problem}")
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ STATE_FILE = "state.json"
 REPLAY_FILE = "replay.safetensors"
 VOCAB_LOG = "vocab_log.jsonl"
 LOCK_FILE = ".lock"
+STAGE_FILE = "stage.json"
 BUSY_FILE = "generating"
 HELD_OUT_FILE = "heldout.safetensors"
 
@@ -312,15 +314,16 @@ def anchor_sources(meta: dict[str, Any], n: int) -> tuple[list[tuple[str, int, i
     return [], False
 
 
-def ensure_anchor(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause):
+def ensure_anchor(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause, on_stage=None):
     """(answers, features, info) of the held-back original data; built once, then read from adapter/."""
     sources = None
     if config.anchor_sources is not None:
         sources = [tuple(s) for s in config.anchor_sources]
-    return _ensure_slice(adir, "anchor", target, layers, meta, config, pause, config.anchor_prompts, 0, sources)
+    return _ensure_slice(adir, "anchor", target, layers, meta, config, pause, config.anchor_prompts, 0, sources,
+                         on_stage)
 
 
-def ensure_rehearsal(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause):
+def ensure_rehearsal(adir: Path, target, layers, meta: dict[str, Any], config: CycleConfig, pause, on_stage=None):
     """(answers, features, info) of original-domain answers the fine-tune rehearses, so the head keeps
     what it knew (measured without them: the anchor's tokens/pass fell 9-15% after one arena cycle).
     The prompts come right after the anchor's, so the check stays held-out; with explicit
@@ -328,11 +331,14 @@ def ensure_rehearsal(adir: Path, target, layers, meta: dict[str, Any], config: C
     if config.rehearsal_prompts <= 0 or config.anchor_sources is not None:
         return [], None, {"available": False}
     return _ensure_slice(adir, "rehearsal", target, layers, meta, config, pause, config.rehearsal_prompts,
-                         config.anchor_prompts, None)
+                         config.anchor_prompts, None, on_stage)
 
 
 def _ensure_slice(adir: Path, name: str, target, layers, meta, config: CycleConfig, pause, n: int, skip: int,
-                  sources):
+                  sources, on_stage=None):
+    """Built once: the target answers the slice's prompts ("<name> answers k/n") and their features are
+    taken ("<name> features k/n"), both announced through `on_stage`."""
+    say = on_stage or (lambda s: None)
     from adapt.distill import DistillConfig, distill, load_answers, training_prompts
     from adapt.features import Features
 
@@ -349,7 +355,7 @@ def _ensure_slice(adir: Path, name: str, target, layers, meta, config: CycleConf
         prompts = training_prompts(sources)
         pause()
         distill(target, prompts, apath, DistillConfig(batch_size=8, max_new_tokens=config.anchor_max_new_tokens),
-                progress=lambda *a: None)
+                progress=lambda stage, done, total: say(f"{name} answers {done}/{total}"))
         answers = load_answers(apath)
         info = {"sources": [list(s) for s in sources], "unseen_by_base_head": unseen, "prompts": len(prompts)}
         from profiles.atomic import atomic_write_text
@@ -361,13 +367,13 @@ def _ensure_slice(adir: Path, name: str, target, layers, meta, config: CycleConf
         if feats.layers != tuple(layers) or md.get("target") != target.name:
             feats = None
     if feats is None:
-        feats = _features(target, answers, layers, config, pause)
+        feats = _features(target, answers, layers, config, pause, lambda s: say(f"{name} {s}"))
         feats.save(fpath, {"target": target.name})
     return answers, feats, {"available": True, **info, "answers": len(answers)}
 
 
 def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=None,
-              new_rows: Sequence[int] = ()) -> dict[str, Any]:
+              new_rows: Sequence[int] = (), on_stage=None) -> dict[str, Any]:
     """A short fine-tune of `head` (in place) on the replay buffer's positions, labelled under `vocab`;
     `rehearsal` (a ReplayBuffer of original-domain answers) fills `config.rehearsal_share` of each batch.
     Rows not in `new_rows` move `config.old_rows_scale` as far as the optimiser takes them."""
@@ -415,6 +421,8 @@ def fine_tune(head, replay, vocab, emb, config: CycleConfig, pause, rehearsal=No
                     p[old] = p0[old] + config.old_rows_scale * (p[old] - p0[old])
                     p0[old] = p[old]
         losses.append(float(loss.detach()))
+        if on_stage is not None and ((step + 1) * 20 // steps > step * 20 // steps):
+            on_stage(f"finetune step {step + 1}/{steps}")
     head.eval()
     tail = losses[-max(1, len(losses) // 10):]
     return {"positions": int(len(keep)), "rehearsal_positions": int(len(r_keep)) if r_n else 0, "steps": steps,
@@ -450,10 +458,52 @@ def run_cycle(profile, target=None, config: CycleConfig = CycleConfig(), pause: 
         lock.acquire()
     except Timeout as e:
         raise AdapterBusy(f"{adir / LOCK_FILE}: another adapter cycle is running for this profile") from e
+    stage = StageFile(adir / STAGE_FILE, on_stage)
     try:
-        return _run_cycle(profile, adir, target, config, pause or (lambda: None), on_stage or (lambda s: None), clock)
+        return _run_cycle(profile, adir, target, config, pause or (lambda: None), stage, clock)
     finally:
+        stage.close()
         lock.release()
+
+
+class StageFile:
+    """Forwards each stage to `on_stage` and keeps adapter/stage.json current (atomically, at most once a
+    second for progress within a stage), so `assistant adapt --status` in another process and the chat's
+    panel show what a running cycle does; removed when the cycle ends."""
+
+    def __init__(self, path: Path, on_stage: Callable[[str], None] | None):
+        self.path, self.on_stage, self._last = path, on_stage, (None, 0.0)
+
+    def __call__(self, text: str) -> None:
+        if self.on_stage is not None:
+            self.on_stage(text)
+        name, now = text.split()[0].rstrip(":"), time.time()
+        if name == self._last[0] and now - self._last[1] < 1.0:
+            return
+        self._last = (name, now)
+        from profiles.atomic import atomic_write_text
+
+        try:
+            atomic_write_text(self.path, json.dumps({"stage": text, "time": now, "pid": os.getpid()}))
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def read_stage(profile_path: Path) -> dict[str, Any] | None:
+    """The running cycle's {"stage", "time", "pid"} (None when no cycle runs: absent, or its process died)."""
+    try:
+        data = json.loads((adapter_dir(profile_path) / STAGE_FILE).read_text())
+        os.kill(int(data["pid"]), 0)
+        return data
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return data
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage, clock) -> dict[str, Any]:
@@ -554,7 +604,8 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
 
     # 5: fine-tune
     on_stage("finetune")
-    reh_answers, reh_feats, reh_info = ensure_rehearsal(adir, target, layers, art.meta, config, pause)
+    reh_answers, reh_feats, reh_info = ensure_rehearsal(adir, target, layers, art.meta, config, pause,
+                                                        lambda s: on_stage(f"finetune: {s}"))
     rehearsal = None
     if reh_feats is not None:
         rehearsal = ReplayBuffer.empty(adir / "rehearsal-buffer", len(reh_feats.roots) + 1,
@@ -563,12 +614,13 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
         rehearsal.add(reh_feats.feats, reh_feats.roots, [a.answer_ids for a in reh_answers], reh_feats.seq,
                       reh_feats.pos, list(range(1, len(reh_answers) + 1)))
     torch.manual_seed(config.seed)
-    ft = fine_tune(head, replay, vocab, emb, config, pause, rehearsal, added)
+    ft = fine_tune(head, replay, vocab, emb, config, pause, rehearsal, added, on_stage)
 
     # 6: check
     on_stage("check")
     pause()
-    anchor_answers, anchor_feats, anchor_info = ensure_anchor(adir, target, layers, art.meta, config, pause)
+    anchor_answers, anchor_feats, anchor_info = ensure_anchor(adir, target, layers, art.meta, config, pause,
+                                                              lambda s: on_stage(f"check: {s}"))
     before_d = _drafter(art, emb_module)
     after_d = _drafter(Artifact(head=head, vocab=vocab, meta=art.meta, extra={"chain": chain, "chain_p": chain_p}),
                        emb_module)
@@ -577,10 +629,14 @@ def _run_cycle(profile, adir: Path, target, config: CycleConfig, pause, on_stage
     in_sample = not held_answers
     ev_answers, ev_feats = (held_answers, held_feats) if held_answers else (ans_train, f_train)
     pause()
+    on_stage("check 1/4: user answers, old head")
     user_before = _tpp(before_d, ev_answers, ev_feats, max_nodes, pause)
+    on_stage("check 2/4: user answers, new head")
     user_after = _tpp(after_d, ev_answers, ev_feats, max_nodes, pause)
     pause()
+    on_stage("check 3/4: original data, old head")
     anchor_before = _tpp(before_d, anchor_answers, anchor_feats, max_nodes, pause) if anchor_feats is not None else None
+    on_stage("check 4/4: original data, new head")
     anchor_after = _tpp(after_d, anchor_answers, anchor_feats, max_nodes, pause) if anchor_feats is not None else None
     reasons = []
     if anchor_before is not None and anchor_after < anchor_before * (1 - config.margin):

@@ -4,7 +4,8 @@
 Contract: `status(profile)` -> dict (version, versions, rows, capacity,
 row_budget, enabled, schedule, cycles, published, rejected, grown, evicted,
 last_msg_id, pending, held_out (answers kept to judge cycles on), last_cycle,
-tokens_per_pass, last_error, problems[, problem: the first]). The head is resolved
+tokens_per_pass, last_error, running ({stage, time, pid} of a cycle running now in any
+process, with its progress: "finetune step 300/1200"), problems[, problem: the first]). The head is resolved
 exactly as the runtime resolves it (HeadStore.current: CURRENT if good, else the
 newest good version, else the shipped head), and every damaged file it met is one
 line of `problems`. It reads adapter/state.json, heads/ (CURRENT, meta.json, else the
@@ -79,7 +80,7 @@ def _shipped_head(target: str) -> Path | None:
 
 
 def status(profile) -> dict[str, Any]:
-    from adapt.cycle import HELD_OUT_FILE, AdapterError, adapter_dir, read_state
+    from adapt.cycle import HELD_OUT_FILE, AdapterError, adapter_dir, read_stage, read_state
 
     out: dict[str, Any] = {"profile": profile.name, "adapter_dir": str(adapter_dir(profile.path))}
     try:
@@ -124,6 +125,7 @@ def status(profile) -> dict[str, Any]:
         "last_cycle": last or None,
         "tokens_per_pass": last.get("tokens_per_pass"),
         "last_error": st.get("last_error"),
+        "running": read_stage(profile.path),
         "problems": problems,
     })
     if problems:

@@ -1,7 +1,7 @@
 """Verify-width cost model: how wide a tree pays off on THIS device, and in which weight layout.
 
 Contract: `verify_costs(target, widths, layout)` times one tree-verify forward of each
-width w on top of a 128-token KV cache (median of a few repeats) with the target's
+width w on top of a 128-token KV cache (median of 9, the widths taken in turn) with the target's
 linear weights in `layout` (runtime.layout) and returns {w: seconds}. `choose(costs)`
 picks the (layout, width) that maximises expected tokens per second, E(w) / t(w), with
 E(w) = 1 + 0.55 ln w: tokens per pass of the phrase drafter measured on GSM8K test
@@ -50,7 +50,7 @@ def expected_tokens_per_pass(width: int) -> float:
 
 @torch.inference_mode()
 def verify_costs(target, widths: Sequence[int] = WIDTHS, layout: str | None = None, prefix: int = 128,
-                 repeats: int = 5, engine=None) -> dict[int, float]:
+                 repeats: int = 9, engine=None) -> dict[int, float]:
     """{width: median seconds of one verify forward} in `layout` (None: as the target is) on `engine`
     (runtime.engine; None: eager). A compiled engine is measured in its own layout only."""
     from runtime.engine import EagerEngine
@@ -66,16 +66,15 @@ def verify_costs(target, widths: Sequence[int] = WIDTHS, layout: str | None = No
         ids = [int(t) for t in torch.randint(lo, hi, (prefix,), generator=torch.Generator().manual_seed(0))]
         cache = engine.new_cache(prefix + max(widths) + 1)
         root, _ = engine.prefill(cache, ids, ())
-        costs: dict[int, float] = {}
-        for w in widths:
-            tree = build_tree(root, [[lo + i % (hi - lo) for i in range(w - 1)]])
-            samples = []
-            for _ in range(repeats):
+        trees = {w: build_tree(root, [[lo + i % (hi - lo) for i in range(w - 1)]]) for w in widths}
+        samples: dict[int, list[float]] = {w: [] for w in widths}
+        for _ in range(repeats):          # round-robin: a slow spell of a shared machine hits every width alike
+            for w in widths:
                 t0 = time.perf_counter()
-                engine.verify(cache, tree, prefix, ())
-                samples.append(time.perf_counter() - t0)
+                engine.verify(cache, trees[w], prefix, ())
+                samples[w].append(time.perf_counter() - t0)
                 engine.commit(cache, prefix, [])          # drop the tree's w positions again
-            costs[w] = sorted(samples)[len(samples) // 2]
+        costs = {w: sorted(s)[len(s) // 2] for w, s in samples.items()}
     finally:
         if engine.name == "eager":
             set_layout(target.model, before)

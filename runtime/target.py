@@ -89,6 +89,9 @@ def load_model(path: str, dtype: str, dev: torch.device, spec: str | None = None
         kwargs["dtype"] = DTYPES[dtype]
     else:
         raise ModelFetchError(f"unknown dtype {dtype!r}: choose fp32, bf16 or int8")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()        # one progress display: the caller's ("loading ...")
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as e:

@@ -47,6 +47,7 @@ def _fmt_status(s: dict[str, Any]) -> str:
         f"grown/evicted  {s['grown']} / {s['evicted']}  over {s['cycles']} cycles "
         f"({s['published']} published, {s['rejected']} rejected)",
         f"last cycle     {ago(last.get('time'))} {last.get('status', '')}",
+        *([f"running now    {s['running']['stage']} (pid {s['running']['pid']})"] if s.get("running") else []),
         f"pending        {s['pending'] if s['pending'] is not None else '?'} accepted answers"
         + (f", {s['held_out']} held out to judge cycles" if s.get("held_out") else ""),
     ]

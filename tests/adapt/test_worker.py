@@ -162,6 +162,11 @@ def test_killed_mid_cycle_leaves_profile_usable(adapt_profile, tiny_llama, stage
         proc.wait(30)
     expect = "v000002" if stage == "state" else "v000001"   # 'state' comes after the publish
     assert p.heads.current_version() == expect
+    from adapt.grow import ChangeLog
+
+    log = ChangeLog(p.path / "adapter" / "vocab_log.jsonl")
+    if stage == "finetune":                                # killed before the publish: nothing logged
+        assert log.read() == []
     load_artifact(p.heads.current())                       # the current head loads
     assert read_state(p.path).get("last_msg_id", 0) == 0   # the cursor did not move
     # the next cycle redoes the same answers without duplicating replay records
@@ -170,6 +175,9 @@ def test_killed_mid_cycle_leaves_profile_usable(adapt_profile, tiny_llama, stage
     buf = ReplayBuffer.open(p.path / "adapter" / "replay.safetensors")
     pairs = list(zip(buf.msg.tolist(), buf.pos.tolist()))
     assert len(pairs) == len(set(pairs))
+    if stage == "finetune":                                # the rerun's rows, each logged once
+        adds = [(r["cycle"], r["row"]) for r in log.read() if r["op"] == "add"]
+        assert adds and len(adds) == len(set(adds)) and {c for c, _ in adds} == {rep["cycle"]}
 
 
 def test_limit_torch_threads_changes_only_the_calling_thread():

@@ -43,7 +43,7 @@ async def test_full_exchange_streams_saves_and_shows_stats() -> None:
         assert [(m.role, m.accepted) for m in saved] == [("user", False), ("assistant", True)]
         assert saved[1].stats["drafted"] == 3 and saved[1].stats["banked"] == [[5, 12], [20, 30]]
         status = str(app.query_one("#status").render())
-        assert "1.60 tok/pass" in status and "38% accepted" in status and "FakeLM-1M" in status
+        assert "1.60 tok/pass" in status and "38% banked" in status and "FakeLM-1M" in status
         assert "mem 300.0 MiB / 8.0 GiB" in status
         # second turn: the model sees the whole conversation
         await send(pilot, "And Germany?")

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
+from rich.text import Text
 
 from tests.tui.tui_fakes import PARIS, ContextFullError, FakeStep, ModelFetchError
 from tui.errors import explain
@@ -51,18 +53,55 @@ def test_status_text() -> None:
     s = TurnStats()
     for step in PARIS:
         s.add(step)
-    info = {"model": "M", "device": "cuda:0", "dtype": "int8", "head": {"name": "/x/heads/v7", "parameters": 2_500_000}}
+    info = {"model": "M", "device": "cuda:0", "dtype": "int8", "head": {"name": "/x/heads/v7", "parameters": 2_500_000},
+            "engine": "compiled", "threads": 2}
     line = status_text(info, s, rss=2 * 1024**3, budget=8 * 1024**3)
-    for part in ("160.0 tok/s", "1.60 tok/pass", "38% accepted", "M", "cuda:0", "int8", "head v7 (2.50M params)",
-                 "mem 2.0 GiB / 8.0 GiB"):
+    for part in ("160.0 tok/s", "1.60 tok/pass", "38% banked", "M", "cuda:0", "int8", "head v7 (2.50M params)",
+                 "mem 2.0 GiB / 8.0 GiB", "compiled · 2t"):
         assert part in line
+    assert "accepted" not in line                     # one name per figure: the message view says "banked" too
     assert "loading x 50%" in status_text(None, None, loading="loading x 50%")
 
 
-def test_adapter_text() -> None:
+@pytest.mark.parametrize("width", [80, 120])
+def test_status_line_fits_its_width(width) -> None:
+    s = TurnStats()
+    for step in PARIS:
+        s.add(step)
+    info = {"model": "SmolLM2-135M-Instruct", "device": "cpu", "dtype": "bf16", "engine": "eager",
+            "engine_building": True, "threads": 1,
+            "head": {"name": "/home/u/.local/share/assistant/SmolLM2-135M-Instruct.safetensors",
+                     "parameters": 2_470_000, "rows": 4000}}
+    line = status_text(info, s, rss=812 * 1024**2, budget=8 * 1024**3, width=width)
+    plain = Text.from_markup(line).plain
+    assert len(plain) <= width and plain.startswith("160.0 tok/s · 1.60 tok/pass · 38% banked")
+    assert not plain.endswith((" ·", "(")) and "…" not in plain          # whole parts only
+    assert "head" not in status_text(info, s, width=40)
+
+
+def test_adapter_panel() -> None:
     assert NOT_AVAILABLE in adapter_text(None, available=False)
-    text = adapter_text({"state": "idle", "rows": 8000, "last_cycle": {"gain": 0.123456}, "log": [1, 2]})
-    assert "state: idle" in text and "gain: 0.123" in text and "log: 2 items" in text
+    idle = {"version": "v000003", "rows": 3817, "row_budget": 8000, "pending": 12, "enabled": True,
+            "schedule": {"min_new_answers": 20, "interval_s": 300},
+            "last_cycle": {"status": "published", "time": time.time() - 600,
+                           "tokens_per_pass": {"user_before": 1.623, "user_after": 2.055,
+                                               "anchor_before": 2.748, "anchor_after": 2.74}},
+            "worker": "waiting"}
+    text = Text.from_markup(adapter_text(idle)).plain
+    for part in ("v000003 · 3,817 / 8,000 rows", "12 answers · next cycle at 20", "published 10 min ago",
+                 "you 1.62 → 2.06", "original 2.75 → 2.74"):
+        assert part in text, text
+    running = {**idle, "running": {"stage": "finetune step 300/1200", "pid": 1}, "worker": "running (finetune)"}
+    assert "now      finetune step 300/1200" in Text.from_markup(adapter_text(running)).plain
+    rejected = {**idle, "last_cycle": {"status": "rejected", "time": time.time() - 30,
+                                       "reasons": ["anchor tokens/pass fell 2.75 -> 2.60 (more than 3%)"]}}
+    text = Text.from_markup(adapter_text(rejected)).plain
+    assert "rejected just now" in text and "anchor tokens/pass fell" in text
+    failed = {**idle, "worker": "failed", "last_error": {"message": "OSError: disk full\ntraceback..."},
+              "problems": ["heads/CURRENT: damaged pointer, using the newest good version"]}
+    text = Text.from_markup(adapter_text(failed)).plain
+    assert "failed   OSError: disk full" in text and "traceback" not in text and "damaged pointer" in text
+    assert "adapter_dir" not in text and "versions:" not in text        # not a key dump
 
 
 @pytest.mark.parametrize("exc, title, hint", [

@@ -71,7 +71,7 @@ class FakeSession:
             yield step
 
     def info(self) -> dict[str, Any]:
-        return {"model": "FakeLM-1M", "device": "cpu", "dtype": "fp32",
+        return {"model": "FakeLM-1M", "device": "cpu", "dtype": "fp32", "engine": "compiled", "threads": 2,
                 "head": {"name": "v0003", "parameters": 1_234_567, "rows": 2048}}
 
     def swap_head(self, path: Any) -> dict[str, Any]:

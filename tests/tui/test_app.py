@@ -248,12 +248,13 @@ async def test_banked_toggle_copy_rename_system_prompt_export_delete(tmp_path) -
 @sync
 async def test_adapter_panel_and_cycle() -> None:
     runs: list[int] = []
-    hooks = AdapterHooks(lambda: {"state": "idle", "rows": 2048}, lambda: runs.append(1) or {"state": "done"})
+    hooks = AdapterHooks(lambda: {"version": "v000002", "rows": 2048, "row_budget": 8000, "pending": 3,
+                                  "worker": "waiting"}, lambda: runs.append(1) or {"status": "published"})
     app = make_app(adapter=hooks)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         text = str(app.query_one("#adapter").render())
-        assert "state: idle" in text and "rows: 2048" in text
+        assert "v000002" in text and "2,048 / 8,000" in text and "pending  3" in text
         await pilot.press("ctrl+r")
         await settle(app, pilot)
         assert runs == [1] and not app.adapter_busy

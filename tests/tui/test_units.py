@@ -88,8 +88,8 @@ def test_adapter_panel() -> None:
                                                "anchor_before": 2.748, "anchor_after": 2.74}},
             "worker": "waiting"}
     text = Text.from_markup(adapter_text(idle)).plain
-    for part in ("v000003 · 3,817 / 8,000 rows", "12 answers · next cycle at 20", "published 10 min ago",
-                 "you 1.62 → 2.06", "original 2.75 → 2.74"):
+    for part in ("head     v000003", "rows     3,817 / 8,000", "pending  12 · cycle at 20", "published 10 min ago",
+                 "you      1.62 → 2.06", "original 2.75 → 2.74", "worker   waiting"):
         assert part in text, text
     running = {**idle, "running": {"stage": "finetune step 300/1200", "pid": 1}, "worker": "running (finetune)"}
     assert "now      finetune step 300/1200" in Text.from_markup(adapter_text(running)).plain
@@ -101,6 +101,7 @@ def test_adapter_panel() -> None:
               "problems": ["heads/CURRENT: damaged pointer, using the newest good version"]}
     text = Text.from_markup(adapter_text(failed)).plain
     assert "failed   OSError: disk full" in text and "traceback" not in text and "damaged pointer" in text
+    assert "\nnow " not in text and "worker   failed" not in text               # said once, with its reason
     assert "adapter_dir" not in text and "versions:" not in text        # not a key dump
 
 

@@ -47,7 +47,8 @@ def _row(label: str, text: str, style: str = "") -> str:
 
 def adapter_text(status: dict[str, Any] | None, error: str | None = None, *, available: bool = True,
                  busy: bool = False) -> str:
-    lines = ["[b]Adapter[/b] [dim](ctrl+r adapt now)[/]"]
+    """Short labelled lines (the panel is a narrow sidebar: ~18 columns after the label)."""
+    lines = ["[b]Adapter[/b] [dim](ctrl+r now)[/]"]
     if not available:
         return lines[0] + "\n" + NOT_AVAILABLE
     if error:
@@ -58,43 +59,36 @@ def adapter_text(status: dict[str, Any] | None, error: str | None = None, *, ava
         return "\n".join(lines)
     s = status
     rows, budget = s.get("rows"), s.get("row_budget")
-    head = s.get("version") or "shipped"
-    lines.append(_row("head", f"{head} · {rows:,} / {budget:,} rows" if isinstance(rows, int) and budget
-                      else f"{head} · rows ?"))
+    lines.append(_row("head", s.get("version") or "shipped"))
+    lines.append(_row("rows", f"{rows:,} / {budget:,}" if isinstance(rows, int) and budget else "?"))
     sched = s.get("schedule") or {}
     pending = s.get("pending")
-    if not s.get("enabled", True):
-        nxt = "adapter off"
-    elif sched.get("min_new_answers"):
-        nxt = f"next cycle at {sched['min_new_answers']}"
-    else:
-        nxt = ""
-    lines.append(_row("pending", (f"{pending} answers" if pending is not None else "? answers")
-                      + (f" · {nxt}" if nxt else "")))
+    nxt = "off" if not s.get("enabled", True) else (f"cycle at {sched['min_new_answers']}"
+                                                     if sched.get("min_new_answers") else "")
+    lines.append(_row("pending", (str(pending) if pending is not None else "?") + (f" · {nxt}" if nxt else "")))
     last = s.get("last_cycle") or {}
     if last:
-        status_word = last.get("status", "?")
+        word = last.get("status", "?")
+        lines.append(_row("last", f"{word} {_when(last.get('time'))}".strip(),
+                          "green" if word == "published" else "yellow"))
         t = last.get("tokens_per_pass") or {}
-        what = f"{status_word} {_when(last.get('time'))}".strip()
-        lines.append(_row("last", what, "green" if status_word == "published" else "yellow"))
-        user, orig = _tpp(t.get("user_before"), t.get("user_after")), _tpp(t.get("anchor_before"), t.get("anchor_after"))
-        if user or orig:
-            lines.append(_row("", " · ".join(x for x in (f"you {user}" if user else "",
-                                                          f"original {orig}" if orig else "") if x)
-                              + " tok/pass"))
+        for label, a, b in (("you", "user_before", "user_after"), ("original", "anchor_before", "anchor_after")):
+            if _tpp(t.get(a), t.get(b)):
+                lines.append(_row(label, _tpp(t.get(a), t.get(b))))
         for reason in (last.get("reasons") or [])[:2]:
-            lines.append(_row("", reason, "yellow"))
+            lines.append(_row("why", reason, "yellow"))
     else:
         lines.append(_row("last", "no cycle yet"))
     running = (s.get("running") or {}).get("stage")
-    worker = s.get("worker")
-    if running or busy or (worker and not str(worker).startswith(("idle", "waiting", "stopped"))):
-        lines.append(_row("now", running or (str(worker) if worker else "running a cycle…"), "cyan"))
-    elif worker:
-        lines.append(_row("worker", str(worker)))
-    failure = (s.get("last_error") or {}).get("message") if isinstance(s.get("last_error"), dict) else None
-    if failure:
-        lines.append(_row("failed", str(failure).strip().splitlines()[0][:200], "red"))
+    worker = str(s.get("worker") or "")
+    if running or busy or worker.startswith("running"):
+        lines.append(_row("now", running or worker.removeprefix("running").strip(" ()") or "a cycle…", "cyan"))
+    elif worker and worker != "failed":
+        lines.append(_row("worker", worker))
+    err = s.get("last_error")
+    failure = err.get("message") if isinstance(err, dict) else None
+    if failure or worker == "failed":
+        lines.append(_row("failed", str(failure or "see the log").strip().splitlines()[0][:200], "red"))
     for problem in s.get("problems") or ([s["problem"]] if s.get("problem") else []):
         lines.append(_row("problem", str(problem), "red"))
     return "\n".join(lines)

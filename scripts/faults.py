@@ -39,32 +39,21 @@ def error_line(r: subprocess.CompletedProcess) -> tuple[str, bool]:
     return (f"exit {r.returncode}: " + (lines[-1] if lines else "(nothing)"))[:150], ok
 
 
-def case_broken_toml(home):
-    p = home / "profiles" / "default"
-    p.mkdir(parents=True)
-    (p / "profile.toml").write_text("tree_width = [1, 2\n")
-    return error_line(run(home, "ask", "hi"))
+def ask_with_toml(text: str):
+    """A case: `assistant ask` on a default profile whose profile.toml is `text` ({home}: the profile home)."""
+    def case(home):
+        p = home / "profiles" / "default"
+        p.mkdir(parents=True)
+        (p / "profile.toml").write_text(text.format(home=home))
+        return error_line(run(home, "ask", "hi"))
+
+    return case
 
 
-def case_bad_value(home):
-    p = home / "profiles" / "default"
-    p.mkdir(parents=True)
-    (p / "profile.toml").write_text('dtype = "fp64"\n')
-    return error_line(run(home, "ask", "hi"))
-
-
-def case_missing_model(home):
-    p = home / "profiles" / "default"
-    p.mkdir(parents=True)
-    (p / "profile.toml").write_text(f'target = "{home}/no/such/model"\n')
-    return error_line(run(home, "ask", "hi"))
-
-
-def case_budget_too_small(home):
-    p = home / "profiles" / "default"
-    p.mkdir(parents=True)
-    (p / "profile.toml").write_text('memory_budget = "64MiB"\n')
-    return error_line(run(home, "ask", "hi"))
+case_broken_toml = ask_with_toml("tree_width = [1, 2\n")
+case_bad_value = ask_with_toml('dtype = "fp64"\n')
+case_missing_model = ask_with_toml('target = "{home}/no/such/model"\n')
+case_budget_too_small = ask_with_toml('memory_budget = "64MiB"\n')
 
 
 def case_dir_as_prompts(home):

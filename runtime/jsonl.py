@@ -29,6 +29,8 @@ def read_prompts(path: str | Path, limit: int | None = None, offset: int = 0) ->
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    if path.is_dir():
+        raise IsADirectoryError(21, "a directory, not a JSON Lines file", str(path))
     prompts: list[dict] = []
     errors: list[str] = []
     with open(path, encoding="utf-8", errors="replace") as f:

@@ -57,11 +57,13 @@ case_budget_too_small = ask_with_toml('memory_budget = "64MiB"\n')
 
 
 def case_dir_as_prompts(home):
-    return error_line(run(home, "ask", "--file", str(home)))
+    (home / "prompts").mkdir(parents=True)
+    return error_line(run(home, "ask", "--file", str(home / "prompts")))
 
 
 def case_dir_as_dataset(home):
-    return error_line(run(home, "bench", "--dataset", str(home), "--methods", "greedy"))
+    (home / "data").mkdir(parents=True)
+    return error_line(run(home, "bench", "--dataset", str(home / "data"), "--methods", "greedy"))
 
 
 def case_home_is_file(home):
@@ -150,10 +152,15 @@ def case_damaged_current(home):
 
 
 def case_huge_prompt(home):
+    home.mkdir(parents=True, exist_ok=True)
+    f = home / "huge.jsonl"                      # one 250 KB prompt (too long for one argv string)
+    f.write_text('{"prompt": "' + "word " * 50_000 + '"}\n')
     t0 = time.time()
-    r = run(home, "ask", "word " * 50_000, "--max-new-tokens", "4")
-    line, ok = error_line(r)
-    return f"{line} ({time.time() - t0:.1f} s with the model load)", ok and "context holds" in line
+    r = run(home, "ask", "--file", str(f), "--max-new-tokens", "4")
+    skipped = [x for x in r.stderr.splitlines() if x.startswith("[ask] skipped")]
+    ok = r.returncode == 1 and len(skipped) == 1 and "context holds" in skipped[0] and "Traceback" not in r.stderr
+    return (f"exit {r.returncode}: {(skipped or ['(nothing)'])[0][:120]} ({time.time() - t0:.1f} s with the model "
+            "load)"), ok
 
 
 def case_malformed_jsonl(home):
@@ -162,7 +169,7 @@ def case_malformed_jsonl(home):
     f.write_text('{"prompt": "Say hi."}\n{not json\n{"nothing": 1}\n{"prompt": "Say bye."}\n')
     r = run(home, "ask", "--file", str(f), "--max-new-tokens", "4", "--json")
     answered = sum(1 for x in r.stdout.splitlines() if x.startswith("{"))
-    skipped = [x for x in r.stderr.splitlines() if "skipped" in x]
+    skipped = [x for x in r.stderr.splitlines() if x.startswith("[ask] skipped")]
     return f"exit {r.returncode}: {answered} answered, {len(skipped)} lines skipped with their line numbers", \
         answered == 2 and len(skipped) == 2 and all(":2" in s or ":3" in s for s in skipped)
 

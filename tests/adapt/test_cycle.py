@@ -5,6 +5,7 @@ Also home of the helpers the worker and CLI tests reuse (`adapt_profile`, `add_a
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -240,3 +241,29 @@ def test_cycle_loads_its_own_target_for_an_auto_dtype_profile(adapt_profile):
     add_answers(p, 0, 4)
     rep = run_cycle(p, target=None, config=FAST)
     assert rep["status"] in ("published", "rejected") and rep["answers"] == 4
+
+
+def test_every_stage_reports_its_progress(adapt_profile, tiny_llama):
+    """The first cycle spent half an hour as 'finetune' and 'check' with no progress: every stage that
+    takes long now says k/n, and another process sees the running stage in adapt --status."""
+    from adapt.cycle import STAGE_FILE, read_stage
+    from adapt.status import status
+
+    p = adapt_profile
+    add_answers(p, 0, 8)
+    seen, running = [], []
+
+    def on_stage(text):
+        seen.append(text)
+        if text.startswith("finetune step") and not running:
+            running.append(status(p).get("running"))          # read as `adapt --status` would, mid-cycle
+
+    rep = run_cycle(p, target=tiny_llama, config=FAST, on_stage=on_stage)
+    assert rep["status"] in ("published", "rejected")
+    steps = [s for s in seen if s.startswith("finetune step")]
+    assert steps and steps[-1] == f"finetune step {rep['finetune']['steps']}/{rep['finetune']['steps']}"
+    assert any(s.startswith("finetune: rehearsal answers") for s in seen)
+    assert any(s.startswith("check: anchor answers") for s in seen) and any(s.startswith("check 4/4") for s in seen)
+    assert any(s.startswith("features ") and "/" in s for s in seen)
+    assert running and running[0]["stage"].startswith("finetune") and running[0]["pid"] == os.getpid()
+    assert not (p.path / "adapter" / STAGE_FILE).exists() and read_stage(p.path) is None

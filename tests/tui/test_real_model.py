@@ -30,7 +30,7 @@ def _real_app(max_new_tokens: int = 16) -> ChatApp:
 @sync
 async def test_real_model_exchange() -> None:
     app = _real_app()
-    async with app.run_test(size=(110, 32)) as pilot:
+    async with app.run_test(size=(130, 32)) as pilot:           # wide enough for every status part
         await send(pilot, "What is the capital of France?")       # sent while the model loads: queued
         await settle(app, pilot)
         await settle(app, pilot)

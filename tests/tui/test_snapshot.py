@@ -23,25 +23,31 @@ def _status(**changes):
     return {**base, **changes}
 
 
-ADAPTER = {
-    "idle": _status(),
-    "running": _status(worker="running (finetune step 300/1200)",
-                       running={"stage": "finetune step 300/1200", "pid": 4242, "time": 0}),
-    "rejected": _status(last_cycle={"status": "rejected", "time": time.time() - 30,
-                                    "reasons": ["anchor tokens/pass fell 2.748 -> 2.601 (more than 3%)"],
-                                    "tokens_per_pass": {"user_before": 1.62, "user_after": 1.91,
-                                                        "anchor_before": 2.748, "anchor_after": 2.601}}),
-    "failed": _status(worker="failed", last_error={"message": "OSError: [Errno 28] No space left on device",
-                                                   "time": 0},
-                      problems=["heads/CURRENT: damaged pointer, using the newest good version"]),
-}
+def adapter_states() -> dict:
+    """Built when a test runs, not at import: "10 min ago" must be 10 minutes before the snapshot."""
+    rejected = {"status": "rejected", "time": time.time() - 30,
+                "reasons": ["anchor tokens/pass fell 2.748 -> 2.601 (more than 3%)"],
+                "tokens_per_pass": {"user_before": 1.62, "user_after": 1.91, "anchor_before": 2.748,
+                                    "anchor_after": 2.601}}
+    return {
+        "idle": _status(),
+        "running": _status(worker="running (finetune step 300/1200)",
+                           running={"stage": "finetune step 300/1200", "pid": 4242, "time": 0}),
+        "rejected": _status(last_cycle=rejected),
+        "failed": _status(worker="failed", last_error={"message": "OSError: [Errno 28] No space left on device",
+                                                       "time": 0},
+                          problems=["heads/CURRENT: damaged pointer, using the newest good version"]),
+    }
+
+
+STATES = ("idle", "running", "rejected", "failed")
 
 
 def _app(adapter: dict | None = None):
     history = MemoryHistory()
     old = history.new_conversation("Packing list for Lisbon")
     history.add_message(old, "user", "What should I pack?")
-    status = adapter or ADAPTER["idle"]
+    status = adapter or adapter_states()["idle"]
     return make_app(FakeSession(), history=history, adapter=AdapterHooks(lambda: status))
 
 
@@ -66,10 +72,10 @@ async def _loaded(pilot) -> None:
     await settle(pilot.app, pilot)
 
 
-@pytest.mark.parametrize("state", list(ADAPTER))
+@pytest.mark.parametrize("state", STATES)
 def test_adapter_panel(snap_compare, state) -> None:
     """The panel idle, mid-cycle with progress, after a rejected cycle, and after a failure."""
-    assert snap_compare(_app(ADAPTER[state]), terminal_size=(110, 32), run_before=_loaded)
+    assert snap_compare(_app(adapter_states()[state]), terminal_size=(110, 32), run_before=_loaded)
 
 
 @pytest.mark.parametrize("width", [80, 120])

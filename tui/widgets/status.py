@@ -3,7 +3,7 @@
 Contract: `status_text(..., width=)` (pure) formats one line from the session's `info()`
 dict, the last answer's `TurnStats`, and memory in use against the budget:
 "23.4 tok/s · 2.31 tok/pass · 38% banked · mem 812.0 MiB / 8.0 GiB · compiled · 2t ·
-SmolLM2 · cpu · bf16 · head …", most useful first; at `width` columns the head's
+bf16 · cpu · SmolLM2 · head …", most useful first; at `width` columns the head's
 details go first, then whole parts from the end (the full head is in the adapter panel).
 While the model loads it shows the stage and percent. `StatusLine.refresh_status`
 renders it; the app calls it after each step and on a timer (memory).
@@ -68,7 +68,7 @@ def status_text(info: dict[str, Any] | None, stats: TurnStats | None, *, loading
     if engine:
         parts.append(escape(engine))
     model = info.get("model") or info.get("target")
-    for key in (model, info.get("device"), info.get("dtype")):
+    for key in (info.get("dtype"), info.get("device"), model):     # short ones first: they fit more often
         if key:
             parts.append(escape(str(key)))
     head_long, head_short = _head_text(info.get("head")), _head_text(info.get("head"), long=False)

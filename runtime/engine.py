@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from runtime.layout import DedupPackedLinear
 from runtime.tree import Tree
 
 ENGINES = ("eager", "compiled")
@@ -51,7 +52,7 @@ CUDA_OPTIONS = {"triton.cudagraphs": True}
 # inductor's Python wrapper: its C++ one compiled 45 s longer cold (117 vs 72 s) and ran no faster once
 # loaded from a saved artifact (SmolLM2 bf16, 2 threads: 15.8-19.5 vs 15.8-16.2 ms at w=1, 21.3-22.1 vs
 # 22.9-23.4 at w=16, two runs each)
-CPU_OPTIONS: dict = {}
+CPU_OPTIONS: dict = {"post_grad_custom_pre_pass": DedupPackedLinear()}
 
 
 class EngineUnavailable(RuntimeError):

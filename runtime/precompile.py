@@ -73,13 +73,14 @@ def _source_digest() -> str:
 def artifact_key(model, layout: str, feature_layers: Sequence[int], options: dict[str, Any]) -> str:
     import transformers
 
-    from runtime.layout import packed_keys
+    from runtime.layout import packed_columns, packed_keys
 
     parts = {
         "format": FORMAT, "torch": torch.__version__, "transformers": transformers.__version__,
         "python": sys.version.split()[0], "machine": platform.machine(), "cpu": _cpu_flags(),
         "config": model.config.to_json_string(use_diff=False), "dtype": str(model.dtype),
         "device": model.device.type, "layout": layout, "keys": packed_keys(model),
+        "columns": packed_columns(model),
         "features": list(feature_layers), "options": sorted(options.items()), "source": _source_digest(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]

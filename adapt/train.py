@@ -128,25 +128,21 @@ def evaluate_head(head, x, roots, targets, emb, mask, ks: Sequence[int] = (1, 4,
 
 def write_artifact(path: str | Path, head, vocab, chain: torch.Tensor | None, meta: dict[str, Any],
                    store_dtype: str = "fp16", chain_p: torch.Tensor | None = None) -> Path:
-    """Save head + vocabulary (+ chain table) atomically (temp file, then os.replace)."""
-    import os
-
+    """Save head + vocabulary (+ chain table) atomically and durably (profiles.atomic: temp file, fsync,
+    rename, fsync the folder; readable by its owner only)."""
+    from profiles.atomic import atomic_write_bytes
     from runtime.head import save_artifact
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     md = dict(meta)
     md.setdefault("date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     md.setdefault("rows", len(vocab))
     md.setdefault("hidden_size", head.config.hidden_size)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     extra = {}
     if chain is not None:
         extra["chain"] = chain.to(torch.int32)
     if chain_p is not None:
         extra["chain_p"] = chain_p.to(torch.float16)
-    save_artifact(tmp, head, vocab, md, extra=extra or None,
-                  dtype=torch.float16 if store_dtype == "fp16" else torch.float32)
-    os.replace(tmp, path)
-    os.chmod(path, 0o644)
+    atomic_write_bytes(path, save_artifact(None, head, vocab, md, extra=extra or None,
+                                           dtype=torch.float16 if store_dtype == "fp16" else torch.float32))
     return path

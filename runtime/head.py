@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save, save_file
 from torch import nn
 
 from runtime.vocab import DraftVocab
@@ -88,9 +88,10 @@ class PhraseHead(nn.Module):
         return out
 
 
-def save_artifact(path: str | Path, head: PhraseHead, vocab: DraftVocab, meta: dict[str, Any] | None = None,
-                  extra: dict[str, torch.Tensor] | None = None, dtype: torch.dtype = torch.float32) -> None:
-    """Write head + vocabulary (+ extra tensors, e.g. a phrase-chain table) to one safetensors file.
+def save_artifact(path: str | Path | None, head: PhraseHead, vocab: DraftVocab, meta: dict[str, Any] | None = None,
+                  extra: dict[str, torch.Tensor] | None = None, dtype: torch.dtype = torch.float32) -> bytes | None:
+    """Write head + vocabulary (+ extra tensors, e.g. a phrase-chain table) to one safetensors file, or
+    return the file's bytes when `path` is None.
 
     `dtype` is the storage precision of the head weights (fp16 halves a shipped file);
     `load_artifact` always returns a float32 head.
@@ -105,7 +106,10 @@ def save_artifact(path: str | Path, head: PhraseHead, vocab: DraftVocab, meta: d
     md = dict(vmeta)
     md["head.config"] = json.dumps(asdict(head.config))
     md["artifact.meta"] = json.dumps(meta or {})
+    if path is None:
+        return save(tensors, metadata=md)
     save_file(tensors, str(path), metadata=md)
+    return None
 
 
 @dataclass

@@ -5,7 +5,8 @@ Contract: a compiled engine's verify forward is captured with torch's ahead-of-t
 device, weight layout, packed-weight keys, feature layers, torch/transformers versions, the
 engine's own source, CPU flags): `artifact_path(model, layout, feature_layers)` names it,
 `save(fn, path)` writes it atomically, `load(path)` returns the callable or None (missing,
-stale or unreadable; a bad file is removed). A later process loads the artifact in ~2.5 s
+stale or unreadable; a bad file is removed); the KEEP most recently used artifacts of a model
+and dtype stay, older ones go when a new one is saved. A later process loads the artifact in ~2.5 s
 instead of re-tracing the model with dynamo (~10 s) or compiling it cold (70-140 s on a 2-core
 CPU). Inductor's kernels live beside it in the user cache directory.
 
@@ -24,6 +25,7 @@ only if the file is owned by this user and writable by no one else; never from a
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -39,6 +41,7 @@ import torch
 from runtime.fetch import cache_dir
 
 FORMAT = 1
+KEEP = 4          # artifacts kept per model and dtype, most recently used first
 
 
 def compiled_dir() -> Path:
@@ -119,7 +122,23 @@ def load(path: Path, problem: Callable[[str], None] | None = None) -> Callable |
             problem(f"{path.name} could not be loaded ({type(e).__name__}: {text}); removed")
         return None
     fn.disable_guard_check()       # validity is the artifact key's job; the engine checks the output once
+    try:
+        os.utime(path)             # recently used: kept by prune()
+    except OSError:
+        pass
     return fn
+
+
+def prune(path: Path, keep: int = KEEP) -> list[Path]:
+    """Remove all but the `keep` most recently used artifacts of `path`'s model and dtype (each new
+    version of the engine, torch or a head's feature layers writes another ~5 MB); returns what went."""
+    stem = path.name.rsplit("-", 1)[0]
+    found = sorted(path.parent.glob(f"{glob.escape(stem)}-*.aot"), key=lambda p: p.stat().st_mtime, reverse=True)
+    gone = [p for p in found if p != path][max(keep - 1, 0):]
+    for p in gone:
+        for q in (p, _marker(p, ".log"), _marker(p, ".failed")):
+            q.unlink(missing_ok=True)
+    return gone
 
 
 def save(fn, path: Path) -> bool:
@@ -135,6 +154,7 @@ def save(fn, path: Path) -> bool:
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
         _marker(path, ".failed").unlink(missing_ok=True)
+        prune(path)
         return True
     except Exception:  # noqa: BLE001 - the engine still runs; only the next start compiles again
         tmp.unlink(missing_ok=True)

@@ -89,6 +89,7 @@ def test_train_write_load_and_simulation_matches_decode(tiny_llama, table, tmp_p
                               log=type("L", (), {"progress": staticmethod(quiet), "say": staticmethod(quiet)})())
     assert report["top8"] > 0.3
     path = write_artifact(tmp_path / "h.safetensors", head, vocab, chain, {"target": "tiny-llama"})
+    assert path.stat().st_mode & 0o077 == 0 and not list(tmp_path.glob(".h.safetensors*"))  # private, no temp left
     art = load_artifact(path)
     assert art.meta["rows"] == len(vocab) and art.meta["hidden_size"] == 32 and "date" in art.meta
     assert torch.equal(art.extra["chain"].long(), chain)

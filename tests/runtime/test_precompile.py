@@ -134,3 +134,25 @@ def test_a_running_build_is_not_started_twice(cache, tmp_path):
     path.with_name("x.aot.lock").write_text("999999999 0\n")                          # a dead build's lock
     proc = precompile.start_build("/nonexistent", "fp32", "cpu", (-1,), path)
     assert proc is not None and proc.wait(timeout=120) == 1
+
+
+def test_old_artifacts_of_a_model_are_pruned(tmp_path):
+    """Every engine, torch or feature-layer change writes another artifact: the KEEP most recently used of a
+    model and dtype stay (with their notes), another model's are not touched."""
+    d = tmp_path / "compiled"
+    d.mkdir()
+    old = []
+    for i in range(6):
+        p = d / f"Model-bfloat16-{i:024d}.aot"
+        p.write_bytes(b"x")
+        os.utime(p, (1000 + i, 1000 + i))
+        old.append(p)
+    (d / (old[0].name + ".failed")).write_text("why")
+    other = d / "Other-bfloat16-000000000000000000000000.aot"
+    other.write_bytes(b"x")
+    os.utime(other, (1, 1))
+    new = d / "Model-bfloat16-ffffffffffffffffffffffff.aot"
+    new.write_bytes(b"x")
+    gone = precompile.prune(new, keep=3)
+    assert sorted(gone) == sorted(old[:4])
+    assert sorted(p.name for p in d.iterdir()) == sorted([old[4].name, old[5].name, new.name, other.name])

@@ -20,15 +20,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-GSM8K_TRAIN = "/work/shared/data/gsm8k_train.jsonl"
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     target: str = "default"
     dtype: str = "fp32"              # target precision for distillation and features
-    # (file, first record, stop record) per source; 0-based record indices
-    sources: tuple[tuple[str, int, int], ...] = ((GSM8K_TRAIN, 0, 1000),)
+    # (file, first record, stop record) per source; 0-based record indices; at least one (no default:
+    # the data sets live wherever the user keeps them)
+    sources: tuple[tuple[str, int, int], ...] = ()
     max_new_tokens: int = 256
     gen_batch: int = 16
     rows: int = 8000
@@ -85,6 +83,8 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
     log.say(f"work directory {work}")
 
     # (a) distillation
+    if not config.sources:
+        raise ValueError("no training data: give --data FILE[:START:STOP]")
     prompts = training_prompts(config.sources)
     answers_path = work / "answers.jsonl"
     distill(target, prompts, answers_path,

@@ -14,7 +14,7 @@
 # and stores it in the artifact; without them the head keeps the drafter's defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA="${DATA:-/work/shared/data}"
+DATA="${DATA:-../shared/data}"
 QUESTIONS="${QUESTIONS:-1500}"
 ARENA="${ARENA:-400}"
 ROWS="${ROWS:-4000}"

@@ -2,10 +2,10 @@
 # Build .device/ (git-ignored) for scripts/gpu_bench.sh: the device machine reaches no package index and
 # takes at most 64 MiB a call (working tree included), so the wheels it lacks, the SmolLM2 GGUF (94 MiB,
 # split in two) and the two data sets travel in three folders, one per call. Run here, with network.
-#   scripts/gpu_payload.sh        (DATA: the data sets' folder, default /work/shared/data)
+#   scripts/gpu_payload.sh        (DATA: the data sets' folder, default ../shared/data beside the checkout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=${DATA:-/work/shared/data}
+DATA=${DATA:-../shared/data}
 PY=${PY:-.venv/bin/python}
 D=.device
 rm -rf "$D" && mkdir -p "$D/table" "$D/gguf1" "$D/bench/data"

@@ -11,7 +11,7 @@
 # size, with HELD_OUT=0 there; heads go to $OUT (default /tmp/head-sweep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA="${DATA:-/work/shared/data}"
+DATA="${DATA:-../shared/data}"
 QUESTIONS="${QUESTIONS:-752}"
 HELD_OUT="${HELD_OUT:-40}"
 SIZES="${SIZES:-2000:1024:256:-1 4000:1024:256:-1 8000:1024:256:-1 2000:1024:256:-1,8,16,24 2000:2048:512:-1 8000:2048:512:-1,8,16,24}"

@@ -3,9 +3,9 @@
 Contract: flags map one-to-one onto adapt.pipeline.TrainConfig (frozen); the
 stages (distil, mine, features, train, write) are resumable in the work
 directory, so rerunning the same command continues an interrupted build.
-`--data FILE[:START:STOP]` may repeat (0-based record range; default the first
-1,000 GSM8K-train questions). Prints the artifact path (or JSON with --json); with
---distill-only it stops after the answers and prints their file.
+`--data FILE[:START:STOP]` is required and may repeat (0-based record range).
+Prints the artifact path (or JSON with --json); with --distill-only it stops
+after the answers and prints their file.
 torch is imported inside `run` only.
 """
 from __future__ import annotations
@@ -14,9 +14,6 @@ import argparse
 import json
 
 from assistant.commands import positive_int
-
-DEFAULT_DATA = "/work/shared/data/gsm8k_train.jsonl:0:1000"
-
 
 def _source(spec: str) -> tuple[str, int, int]:
     parts = spec.rsplit(":", 2)
@@ -31,7 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--target", default="default", help="target model (default: SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="target precision for distillation")
     p.add_argument("--data", action="append", metavar="FILE[:START:STOP]",
-                   help=f"training prompts (JSONL; repeatable; default {DEFAULT_DATA})")
+                   required=True,
+                   help="training prompts (JSONL; repeatable), e.g. gsm8k_train.jsonl:0:1000")
     p.add_argument("--max-new-tokens", type=positive_int, default=256)
     p.add_argument("--gen-batch", type=int, default=16, help="distillation batch size")
     p.add_argument("--rows", type=int, default=8000, help="draft-vocabulary row budget")
@@ -60,7 +58,7 @@ def config_from_args(args: argparse.Namespace):
     from adapt.pipeline import TrainConfig
 
     return TrainConfig(
-        target=args.target, dtype=args.dtype, sources=tuple(_source(s) for s in (args.data or [DEFAULT_DATA])),
+        target=args.target, dtype=args.dtype, sources=tuple(_source(s) for s in args.data),
         max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch, rows=args.rows, max_words=args.max_words,
         chain_width=args.chain_width, layers=tuple(int(x) for x in args.layers.split(",")),
         feature_layers=tuple(int(x) for x in args.feature_layers.split(",")), inner=args.inner,

@@ -18,7 +18,7 @@ def test_flags_map_onto_frozen_config():
     assert isinstance(cfg, TrainConfig)
     assert cfg.rows == 123 and cfg.layers == (-1, 12)
     assert cfg.sources == (("x.jsonl", 5, 9), ("y.jsonl", 0, 10 ** 9))
-    assert not cfg.distill_only and config_from_args(build_parser().parse_args(["train", "--distill-only"])).distill_only
+    assert not cfg.distill_only and config_from_args(build_parser().parse_args(["train", "--data", "x.jsonl", "--distill-only"])).distill_only
 
 
 def test_train_help_does_not_import_torch():

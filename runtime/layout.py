@@ -28,6 +28,7 @@ without freezing's price (no on-disk cache: a 72 s compile at every start).
 """
 from __future__ import annotations
 
+import collections
 import weakref
 
 import torch
@@ -203,21 +204,23 @@ def _pack(model) -> int:
 
 
 def _unpack(model) -> int:
-    changed = 0
+    mods = [m for m in _linears(model) if _is_packed(m)]
+    left = collections.Counter(m._assistant_packed for m in mods)     # members still to read each weight
     dense: dict[int, torch.Tensor] = {}
-    for mod in _linears(model):
-        if not _is_packed(mod):
-            continue
+    for mod in mods:
         key = mod._assistant_packed
         if key not in dense:
             dense[key] = _PACKED.pop(key).to_dense()
+        w = dense[key]
+        left[key] -= 1
+        if not left[key]:
+            del dense[key]          # only one group's dense copy is alive at a time
         if mod.weight.stride() == (0, 0):
             start = mod._assistant_start
-            mod.weight.data = dense[key][start: start + mod.out_features].clone()
+            mod.weight.data = w if mod._assistant_group is None else w[start: start + mod.out_features].clone()
         mod._assistant_packed = mod._assistant_group = None
         del mod.forward
-        changed += 1
-    return changed
+    return len(mods)
 
 
 @torch.no_grad()

@@ -132,8 +132,14 @@ def load(path: Path, problem: Callable[[str], None] | None = None) -> Callable |
 def prune(path: Path, keep: int = KEEP) -> list[Path]:
     """Remove all but the `keep` most recently used artifacts of `path`'s model and dtype (each new
     version of the engine, torch or a head's feature layers writes another ~5 MB); returns what went."""
+    def used(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:        # another process removed it meanwhile
+            return 0.0
+
     stem = path.name.rsplit("-", 1)[0]
-    found = sorted(path.parent.glob(f"{glob.escape(stem)}-*.aot"), key=lambda p: p.stat().st_mtime, reverse=True)
+    found = sorted(path.parent.glob(f"{glob.escape(stem)}-*.aot"), key=used, reverse=True)
     gone = [p for p in found if p != path][max(keep - 1, 0):]
     for p in gone:
         for q in (p, _marker(p, ".log"), _marker(p, ".failed")):
@@ -154,11 +160,14 @@ def save(fn, path: Path) -> bool:
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
         _marker(path, ".failed").unlink(missing_ok=True)
-        prune(path)
-        return True
     except Exception:  # noqa: BLE001 - the engine still runs; only the next start compiles again
         tmp.unlink(missing_ok=True)
         return False
+    try:
+        prune(path)
+    except OSError:            # saved all the same; old artifacts go at the next save
+        pass
+    return True
 
 
 # -- background builds -----------------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 Contract: `Session(config)` is cheap; `load(progress)` loads the target and the
 phrase head (the profile's current head artifact if given, else the shipped
 default head for the target if one exists, else prompt lookup only). `answer(messages)`
-streams `runtime.decode.Step`s for one assistant turn, using phrase speculation
+streams `assistant.runtime.decode.Step`s for one assistant turn, using phrase speculation
 (or greedy decoding when `config.method == "greedy"`). `swap_head(path)` replaces
 the head between answers. With engine "auto" and no saved compiled engine yet, `load`
-starts building it in a background process (runtime.precompile) and answers on the
+starts building it in a background process (assistant.runtime.precompile) and answers on the
 eager engine; the compiled one is switched in between answers once it is ready
 (`maybe_upgrade_engine`), so no start waits on the compiler. All torch imports happen
 inside methods so that importing this module stays cheap.
@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 @dataclass(frozen=True)
 class SessionConfig:
     target: str = "default"          # "default", a local checkpoint dir, or a model id
-    dtype: str = "auto"              # auto | fp32 | bf16 | int8 (runtime.budget.resolve_dtype)
+    dtype: str = "auto"              # auto | fp32 | bf16 | int8 (assistant.runtime.budget.resolve_dtype)
     device: str = "auto"
     max_new_tokens: int = 512
     tree_width: int = 16             # most verify nodes per pass, root included (the memory budget's cap)
@@ -31,7 +31,7 @@ class SessionConfig:
     system_prompt: str = ""
     head_path: str | None = None     # a head artifact; None = shipped default for the target
     max_context: int | None = None   # tokens; None = the model's own limit
-    engine: str = "auto"             # auto | eager | compiled (runtime.engine; auto: the measured faster here)
+    engine: str = "auto"             # auto | eager | compiled (assistant.runtime.engine; auto: the measured faster here)
     threads: int | None = None       # torch threads of the answers; None: measured and fitted to the load
 
 
@@ -46,11 +46,11 @@ class Session:
     busy: threading.Event = field(default_factory=threading.Event, repr=False)  # set while answering
     on_loaded: list[Callable[["Session"], None]] = field(default_factory=list, repr=False)
     width: int = 0                                          # verify width in use (set by load)
-    width_ctl: Any = None                                   # runtime.width.WidthController (auto width)
-    engine: Any = None                                      # runtime.engine engine the answers run on
+    width_ctl: Any = None                                   # assistant.runtime.width.WidthController (auto width)
+    engine: Any = None                                      # assistant.runtime.engine engine the answers run on
     pending_engine: Path | None = None                      # a compiled engine building in the background
     threads: int = 0                                        # torch's default thread count (set by load)
-    thread_policy: Any = None                               # runtime.threads.ThreadPolicy of the answers
+    thread_policy: Any = None                               # assistant.runtime.threads.ThreadPolicy of the answers
     progress: Callable[[str, float | None], None] | None = field(default=None, repr=False)   # load's reporter
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -65,10 +65,10 @@ class Session:
         return self.target is not None
 
     def load(self, progress: Callable[[str, float | None], None] | None = None) -> None:
-        from runtime.fetch import stderr_progress
-        from runtime.target import load_target
+        from assistant.runtime.fetch import stderr_progress
+        from assistant.runtime.target import load_target
 
-        from runtime.budget import resolve_dtype
+        from assistant.runtime.budget import resolve_dtype
 
         progress = progress or stderr_progress
         self.progress = progress
@@ -83,7 +83,7 @@ class Session:
         self.width = self.config.tree_width
         kind, state, path = self.config.engine, "", None
         if kind == "auto":
-            from runtime.precompile import background_state, failed_reason, start_build
+            from assistant.runtime.precompile import background_state, failed_reason, start_build
 
             state, path = background_state(self.target, self._feature_layers())
             if state == "failed":
@@ -93,7 +93,7 @@ class Session:
         self._use_engine(kind, progress)          # before the build starts: it would skew the cost measurement
         self._measure_threads(progress)
         if state == "missing":
-            from runtime.layout import packed_keys
+            from assistant.runtime.layout import packed_keys
 
             start_build(self.target.path, self.target.dtype, "cpu", self._feature_layers(), path,
                         first_key=min(packed_keys(self.target.model), default=0))
@@ -108,21 +108,21 @@ class Session:
         return tuple(getattr(self.drafter, "feature_layers", (-1,)))
 
     def _use_engine(self, kind: str, progress: Callable[[str, float | None], None]) -> None:
-        from runtime.costmodel import apply_plan, pick_engine
+        from assistant.runtime.costmodel import apply_plan, pick_engine
 
         engine, plan = pick_engine(self.target, self.config.tree_width, progress, kind=kind,
                                    max_len=self.config.max_context, feature_layers=self._feature_layers())
         apply_plan(self.target, plan)
         self.engine = engine
         if self.config.auto_width and self.config.method == "phrase":
-            from runtime.width import WidthController
+            from assistant.runtime.width import WidthController
 
             self.width = plan.width
             # one controller per engine: the width follows what the head banks on this user's text
             self.width_ctl = WidthController(plan.costs[plan.layout], self.config.tree_width)
 
     def _measure_threads(self, progress: Callable[[str, float | None], None]) -> None:
-        from runtime.threads import ThreadPolicy, calibrate
+        from assistant.runtime.threads import ThreadPolicy, calibrate
 
         times = {} if self.config.threads else calibrate(self.target, self.engine, progress)
         self.thread_policy = ThreadPolicy(times=times, fixed=self.config.threads)
@@ -133,7 +133,7 @@ class Session:
         path = self.pending_engine
         if path is None:
             return False
-        from runtime.precompile import failed_reason, ready
+        from assistant.runtime.precompile import failed_reason, ready
 
         if failed_reason(path) is not None:
             self.pending_engine = None
@@ -153,7 +153,7 @@ class Session:
 
     def swap_head(self, path: str | Path | None) -> dict[str, Any]:
         """Load a head artifact (None: the shipped default) and use it from the next answer on."""
-        from runtime.defaults import build_drafter
+        from assistant.runtime.defaults import build_drafter
 
         drafter, info = build_drafter(self.target, path)
         with self._lock:
@@ -173,7 +173,7 @@ class Session:
         Between answers a head newly published by the adapter is swapped in; while the
         answer streams, the session is marked busy so the adapter yields the CPU.
         """
-        from runtime.decode import DecodeConfig, greedy_generate, speculative_generate
+        from assistant.runtime.decode import DecodeConfig, greedy_generate, speculative_generate
 
         if not self.loaded:
             raise RuntimeError("session not loaded")
@@ -207,8 +207,8 @@ class Session:
 
     def _marked_busy(self, steps: Iterator[Any]) -> Iterator[Any]:
         """Runs in the thread that iterates the answer: the thread count is set there, for its forwards."""
-        from adapt.worker import generating
-        from runtime.threads import ThreadPolicy
+        from assistant.adapt.worker import generating
+        from assistant.runtime.threads import ThreadPolicy
 
         if self.thread_policy is None:
             self.thread_policy = ThreadPolicy(fixed=self.config.threads)
@@ -257,7 +257,7 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
     """Map a profiles.Profile onto a SessionConfig that obeys the profile's memory budget.
 
     head_path = the profile's current head (falling back to its last good version; None: the
-    shipped default). With `memory_budget` set, runtime.budget plans the target before anything
+    shipped default). With `memory_budget` set, assistant.runtime.budget plans the target before anything
     is loaded: BudgetError (one line, with the numbers) when it cannot fit, else max_context and
     tree_width come from the plan. `overrides` are SessionConfig fields applied before planning.
     """
@@ -268,11 +268,11 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
                        head_path=str(head) if head else None)
     sc = replace(sc, **overrides)
     if sc.dtype == "auto":
-        from runtime.budget import resolve_dtype
+        from assistant.runtime.budget import resolve_dtype
 
         sc = replace(sc, dtype=resolve_dtype("auto", sc.device))
     if cfg.memory_budget:
-        from runtime.budget import plan_session
+        from assistant.runtime.budget import plan_session
 
         p = plan_session(sc.target, sc.dtype, cfg.memory_budget, tree_width=sc.tree_width, device=sc.device,
                          head_path=sc.head_path, head_rows=cfg.row_budget, max_context=sc.max_context)
@@ -282,6 +282,6 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
 
 def open_session(profile_name: str | None = None, **overrides: Any) -> "Session":
     """An unloaded Session for the named profile (None: the default profile, created if missing)."""
-    from profiles import Profile
+    from assistant.profiles import Profile
 
     return Session.from_profile(Profile.open(profile_name), **overrides)

@@ -2,10 +2,10 @@
 
 A copy of PROFILE (its history holds the user's accepted answers) is made under a temporary
 ASSISTANT_HOME with its adapter state reset and every answer un-accepted. Then, CYCLES times: the
-next PER_CYCLE answers are accepted again, the clock moves one DAY on, and adapt.cycle.run_cycle runs
+next PER_CYCLE answers are accepted again, the clock moves one DAY on, and assistant.adapt.cycle.run_cycle runs
 (the profile's row budget set to BUDGET, so rows are evicted and reused once it is full). The answers
 after the last cycle's are held out: every EVAL_EVERY cycles, and after the last, tokens per pass of
-the current head on them (adapt.evaluate.simulate_decode at WIDTH) beside the shipped head's.
+the current head on them (assistant.adapt.evaluate.simulate_decode at WIDTH) beside the shipped head's.
 Checks after every cycle: the published head's rows, capacity and output matrix stay within BUDGET.
 usage: python scripts/adapt_cycles.py PROFILE_DIR [CYCLES] [PER_CYCLE] [BUDGET] [WIDTH] [EVAL_EVERY]
 Prints one JSON line per cycle and a summary line.
@@ -24,13 +24,13 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
          eval_every: int = 4) -> None:
     home = tempfile.mkdtemp(prefix="adapt-cycles-")
     os.environ["ASSISTANT_HOME"] = home
-    import adapt.cycle as C
-    from adapt.distill import Answer
-    from adapt.features import collect_features
-    from profiles import Profile
-    from runtime.defaults import shipped_head
-    from runtime.head import load_artifact
-    from runtime.target import load_target
+    import assistant.adapt.cycle as C
+    from assistant.adapt.distill import Answer
+    from assistant.adapt.features import collect_features
+    from assistant.profiles import Profile
+    from assistant.runtime.defaults import shipped_head
+    from assistant.runtime.head import load_artifact
+    from assistant.runtime.target import load_target
 
     C.copy_reset(src, os.path.join(home, "profiles", "cycles"))
     prof = Profile.open("cycles", create=False)

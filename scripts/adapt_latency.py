@@ -6,7 +6,7 @@ with its adapter state reset and the cursor set so that only the last PENDING an
 worker then has one whole cycle (features, grow, fine-tune, check, publish) to run. The worker shares
 the session's target, as assistant/commands/chat.py wires it. Between answers the script waits THINK
 seconds (a user reading), during which the adapter runs; while an answer is generated the adapter must
-yield (adapt.worker: pause() between units of work, nice 10). The adapting phase goes on until the
+yield (assistant.adapt.worker: pause() between units of work, nice 10). The adapting phase goes on until the
 cycle ends (at most MAX answers), so every stage is measured; idle phases have N answers each.
 Paired design (this CPU is shared and drifts by 30% between minutes): in the adapting phase every
 prompt is answered twice in a row, once after a think time in which the adapter worked ("adapting")
@@ -31,11 +31,11 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 48, think: float
          max_answers: int = 200) -> None:
     home = tempfile.mkdtemp(prefix="adapt-latency-")
     os.environ["ASSISTANT_HOME"] = home
-    from adapt.cycle import copy_reset, write_state
-    from adapt.worker import AdapterWorker, pending_answers
+    from assistant.adapt.cycle import copy_reset, write_state
+    from assistant.adapt.worker import AdapterWorker, pending_answers
     from assistant.session import Session
-    from profiles import Profile
-    from runtime.jsonl import read_prompts
+    from assistant.profiles import Profile
+    from assistant.runtime.jsonl import read_prompts
 
     copy_reset(src, os.path.join(home, "profiles", "latency"))
     prof = Profile.open("latency", create=False)

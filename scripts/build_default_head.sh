@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rebuild the shipped phrase head for SmolLM2-135M-Instruct:
-#   runtime/data/heads/SmolLM2-135M-Instruct.safetensors
+#   assistant/runtime/data/heads/SmolLM2-135M-Instruct.safetensors
 # The one documented command (see docs/training.md). Every stage is resumable: rerun it after an
 # interruption and it continues (work files in the user cache dir, <cache>/train/SmolLM2-135M-Instruct/).
 # Environment overrides: DATA (folder of the shared data sets), QUESTIONS (GSM8K-train questions
@@ -19,7 +19,7 @@ QUESTIONS="${QUESTIONS:-1500}"
 ARENA="${ARENA:-400}"
 ROWS="${ROWS:-4000}"
 HELD_OUT="${HELD_OUT:-40}"
-OUT=runtime/data/heads/SmolLM2-135M-Instruct.safetensors
+OUT=assistant/runtime/data/heads/SmolLM2-135M-Instruct.safetensors
 chat=()
 [ "$ARENA" -gt 0 ] && chat=(--data "$DATA/arena_hard_prompts.jsonl:0:$ARENA")
 prev=""
@@ -38,7 +38,7 @@ done
   --inner 1024 --width 256 --epochs 4 \
   --store-dtype fp16 \
   --out "$OUT" "$@"
-ANSWERS="$(.venv/bin/python -c 'from runtime.fetch import cache_dir; print(cache_dir())')/train/SmolLM2-135M-Instruct/answers.jsonl"
+ANSWERS="$(.venv/bin/python -c 'from assistant.runtime.fetch import cache_dir; print(cache_dir())')/train/SmolLM2-135M-Instruct/answers.jsonl"
 KEYS="gsm8k_train:$QUESTIONS:$((QUESTIONS + HELD_OUT))"
 found="$(grep -c "\"gsm8k_train:$((QUESTIONS + HELD_OUT - 1))\"" "$ANSWERS" 2>/dev/null || true)"
 if [ "$HELD_OUT" -eq 0 ]; then

@@ -5,12 +5,12 @@
 # ($ASSISTANT_CACHE or ~/.cache/assistant)/llamacpp:
 #   bin/llama-completion, bin/llama-bench      built from the llama.cpp vendored in the llama-cpp-python sdist
 #   SmolLM2-135M-Instruct.BF16.gguf            the cached safetensors weights, converted (same weights as ours)
-#   SmolLM2-135M-Instruct.Q4_1.gguf            the GGUF runtime/fetch.py downloads (linked)
+#   SmolLM2-135M-Instruct.Q4_1.gguf            the GGUF assistant/runtime/fetch.py downloads (linked)
 # Usage: scripts/build_llamacpp.sh [PYTHON]   (PYTHON: the project's venv python, default .venv/bin/python)
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.3.36
-CACHE=$("$PY" -c 'from runtime.fetch import cache_dir; print(cache_dir())')
+CACHE=$("$PY" -c 'from assistant.runtime.fetch import cache_dir; print(cache_dir())')
 OUT="$CACHE/llamacpp"
 WORK="$OUT/src"
 mkdir -p "$OUT/bin" "$WORK"
@@ -29,15 +29,15 @@ if [ ! -x "$OUT/bin/llama-completion" ]; then
   cp "$WORK"/build/bin/*.so* "$OUT/bin/" 2>/dev/null || true
 fi
 SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
-MODEL=$("$PY" -c 'from runtime.fetch import ensure_default_model; print(ensure_default_model())')
+MODEL=$("$PY" -c 'from assistant.runtime.fetch import ensure_default_model; print(ensure_default_model())')
 if [ ! -f "$OUT/SmolLM2-135M-Instruct.BF16.gguf" ]; then
   echo "[llamacpp] converting $MODEL to a BF16 GGUF"
   "$PY" -m pip install -q sentencepiece "gguf>=0.10"
   "$PY" "$SRC/convert_hf_to_gguf.py" "$MODEL" --outtype bf16 --outfile "$OUT/SmolLM2-135M-Instruct.BF16.gguf"
 fi
 if [ ! -f "$OUT/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
-  echo "[llamacpp] fetching the Q4_1 GGUF runtime/fetch.py uses (sha256-checked)"
-  "$PY" -c "import pathlib, shutil; from runtime.fetch import fetch_gguf; g = fetch_gguf(pathlib.Path('$WORK')); shutil.copy(g, '$OUT/SmolLM2-135M-Instruct.Q4_1.gguf')"
+  echo "[llamacpp] fetching the Q4_1 GGUF assistant/runtime/fetch.py uses (sha256-checked)"
+  "$PY" -c "import pathlib, shutil; from assistant.runtime.fetch import fetch_gguf; g = fetch_gguf(pathlib.Path('$WORK')); shutil.copy(g, '$OUT/SmolLM2-135M-Instruct.Q4_1.gguf')"
 fi
 echo "[llamacpp] ready: $OUT"
 ls -la "$OUT"

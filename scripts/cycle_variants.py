@@ -1,6 +1,6 @@
 """Compare adapter-cycle settings on one simulated user (BENCHMARKS.md, "Online adaptation").
 
-Each variant runs adapt.cycle.run_cycle with CycleConfig overrides on a fresh copy of PROFILE_DIR (its
+Each variant runs assistant.adapt.cycle.run_cycle with CycleConfig overrides on a fresh copy of PROFILE_DIR (its
 adapter state reset: no replay, no state, no published versions; the anchor and rehearsal slices kept),
 so every variant learns from the same answers. The target's features of those answers are computed
 once and cached in CACHE (they do not depend on the cycle settings); a variant then takes 1-2 minutes.
@@ -22,10 +22,10 @@ import time
 def main(src: str, variants: dict, cache: str) -> None:
     home = tempfile.mkdtemp(prefix="cycle-variants-")
     os.environ["ASSISTANT_HOME"] = home
-    import adapt.cycle as C
-    from adapt.features import Features
-    from profiles import Profile
-    from runtime.target import load_target
+    import assistant.adapt.cycle as C
+    from assistant.adapt.features import Features
+    from assistant.profiles import Profile
+    from assistant.runtime.target import load_target
 
     os.makedirs(cache, exist_ok=True)
     compute = C._features

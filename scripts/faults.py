@@ -101,7 +101,7 @@ def case_adapter_busy(home):
 
 
 def case_concurrent_new_profiles(home):
-    code = "import sys\nfrom profiles import Profile\nProfile.open(sys.argv[1]).history.close()\n"
+    code = "import sys\nfrom assistant.profiles import Profile\nProfile.open(sys.argv[1]).history.close()\n"
     env = {**os.environ, "ASSISTANT_HOME": str(home), "PYTHONPATH": str(REPO)}
     fails = 0
     for batch in range(5):
@@ -117,7 +117,7 @@ def case_modes(home):
         assert run(home, "profile", "create", "p").returncode == 0
         sys.path.insert(0, str(REPO))
         os.environ["ASSISTANT_HOME"] = str(home)
-        from profiles import Profile
+        from assistant.profiles import Profile
 
         p = Profile.open("p")
         p.history.add_message(p.history.new_conversation("t", ""), "user", "secret")
@@ -137,7 +137,7 @@ def case_damaged_current(home):
     import numpy as np
     from safetensors.numpy import save_file
 
-    from profiles import Profile
+    from assistant.profiles import Profile
 
     p = Profile.open("default")
     art = home / "a.safetensors"

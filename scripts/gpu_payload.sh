@@ -22,8 +22,8 @@ TRANSFORMERS="transformers==$(version transformers)" PLATFORMDIRS="platformdirs=
 wheels "$D/table" "bitsandbytes==$(version bitsandbytes)" "$TRANSFORMERS" "$PLATFORMDIRS"
 wheels "$D/bench" "$TRANSFORMERS" "$PLATFORMDIRS" "gguf==$(version gguf)"
 
-# runtime.fetch's own download and sha256 check (ASSISTANT_GGUF: a local copy instead)
-gguf=$(PYTHONPATH=. "$PY" -c 'import sys; from pathlib import Path; from runtime.fetch import fetch_gguf
+# assistant.runtime.fetch's own download and sha256 check (ASSISTANT_GGUF: a local copy instead)
+gguf=$(PYTHONPATH=. "$PY" -c 'import sys; from pathlib import Path; from assistant.runtime.fetch import fetch_gguf
 print(fetch_gguf(Path(sys.argv[1])))' "$D")
 head -c $((52 * 1024 * 1024)) "$gguf" > "$D/gguf1/gguf.part1"
 tail -c +$((52 * 1024 * 1024 + 1)) "$gguf" > "$D/bench/gguf.part2"

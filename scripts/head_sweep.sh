@@ -27,6 +27,6 @@ for size in $SIZES; do
     fi
     heads+=("$head")
 done
-ANSWERS="$(.venv/bin/python -c 'from runtime.fetch import cache_dir; print(cache_dir())')/train/SmolLM2-135M-Instruct/answers.jsonl"
+ANSWERS="$(.venv/bin/python -c 'from assistant.runtime.fetch import cache_dir; print(cache_dir())')/train/SmolLM2-135M-Instruct/answers.jsonl"
 .venv/bin/python scripts/tune_drafter.py "${heads[@]}" --answers "$ANSWERS" \
     --keys "gsm8k_train:$QUESTIONS:$((QUESTIONS + HELD_OUT))" --top-k 12 --depth 2 --chain-width 4

@@ -1,4 +1,4 @@
-"""Verify-pass time with sibling linears grouped (runtime.layout.GROUPS: q/k/v and gate/up as one GEMM each)
+"""Verify-pass time with sibling linears grouped (assistant.runtime.layout.GROUPS: q/k/v and gate/up as one GEMM each)
 against each linear on its own, both compiled in ONE process and timed in turn (BENCHMARKS.md, "Verify cost
 per tree width"): timing them as separate processes on a shared machine swings more than the difference.
 
@@ -15,10 +15,10 @@ import time
 
 import torch
 
-import runtime.layout as layout
-from runtime.engine import make_engine
-from runtime.target import load_target
-from runtime.tree import build_tree
+import assistant.runtime.layout as layout
+from assistant.runtime.engine import make_engine
+from assistant.runtime.target import load_target
+from assistant.runtime.tree import build_tree
 
 WIDTHS = (1, 4, 16)
 

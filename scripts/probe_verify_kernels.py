@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from runtime.decode import prefill, verify
-from runtime.target import load_target
-from runtime.tree import build_tree
+from assistant.runtime.decode import prefill, verify
+from assistant.runtime.target import load_target
+from assistant.runtime.tree import build_tree
 
 
 class _Variant(torch.nn.Module):

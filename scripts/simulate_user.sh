@@ -33,6 +33,6 @@ $A adapt --once --profile "$PROFILE" --dtype fp32 --json | tee "$OUT/cycle.json"
 #    picks on this machine unless WIDTH is set), exactness vs hf
 W=(); [ -n "${WIDTH:-}" ] && W=(--tree-width "$WIDTH")
 $A bench --dataset "$NEXT" --max-new-tokens "$TOKENS" --dtype fp32 --methods phrase "${W[@]}" \
-    --head runtime/data/heads/SmolLM2-135M-Instruct.safetensors --json "$OUT/next-shipped.json"
+    --head assistant/runtime/data/heads/SmolLM2-135M-Instruct.safetensors --json "$OUT/next-shipped.json"
 $A bench --dataset "$NEXT" --max-new-tokens "$TOKENS" --dtype fp32 --methods hf,phrase "${W[@]}" \
     --profile "$PROFILE" --json "$OUT/next-adapted.json"

@@ -55,7 +55,7 @@ def main() -> int:
     p.add_argument("--engine", default="auto", choices=["auto", "compiled", "eager"])
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
-    from runtime.fetch import ensure_default_model
+    from assistant.runtime.fetch import ensure_default_model
 
     model = ensure_default_model()
     work = Path(tempfile.mkdtemp(prefix="startup-"))

@@ -4,7 +4,7 @@
 
 For each load (idle; one other process spinning on one core) and engine (eager, compiled) it runs
 `assistant bench` with --threads 1, --threads 2 and the default (measured and fitted to the load,
-runtime/threads.py), greedy and phrase decoding, plus llama.cpp's plain decode of the same BF16
+assistant/runtime/threads.py), greedy and phrase decoding, plus llama.cpp's plain decode of the same BF16
 weights at the same thread count when scripts/build_llamacpp.sh has built it. Prints one Markdown
 row per run. Run it alone: every other process counts as load.
 """

@@ -1,6 +1,6 @@
 """Tokens per pass of phrase heads on held-out distilled answers, and their best tree shape (issue 3).
 
-Replays the decode loop offline (adapt.evaluate.simulate_decode: phrase head + prompt lookup in one
+Replays the decode loop offline (assistant.adapt.evaluate.simulate_decode: phrase head + prompt lookup in one
 tree of --nodes nodes, exactly what the runtime builds) on distilled answers the head was NOT trained
 on, with the hidden states kept from their generation, for a grid of PhraseDrafter settings (top_k,
 chain_depth, chain_width); prints tokens per pass for each and, with --write, stores the best in the
@@ -36,12 +36,12 @@ def main() -> None:
 
     import torch
 
-    from adapt.distill import load_answers, load_generation_features
-    from adapt.evaluate import simulate_decode
-    from adapt.train import write_artifact
-    from runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
-    from runtime.head import load_artifact
-    from runtime.target import load_target
+    from assistant.adapt.distill import load_answers, load_generation_features
+    from assistant.adapt.evaluate import simulate_decode
+    from assistant.adapt.train import write_artifact
+    from assistant.runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
+    from assistant.runtime.head import load_artifact
+    from assistant.runtime.target import load_target
 
     stem, start, stop = args.keys.rsplit(":", 2)
     wanted = {f"{stem}:{i}" for i in range(int(start), int(stop))}

@@ -1,14 +1,14 @@
 """t(w)/t(1) of one tree-verify forward on a randomly initialised Qwen3-4B-shaped model (issue 3, GPU).
 
 Builds Qwen3ForCausalLM from the public Qwen3-4B shapes with random weights (the weights cannot be
-fetched here and do not change the cost), saves it once, loads it back through runtime.target's
+fetched here and do not change the cost), saves it once, loads it back through assistant.runtime.target's
 load_model in each dtype (bf16; int8 = bitsandbytes LLM.int8, the production load path), and times
-runtime.costmodel.verify_costs: one verify forward of w tree nodes on a KV cache of --prefix tokens,
+assistant.runtime.costmodel.verify_costs: one verify forward of w tree nodes on a KV cache of --prefix tokens,
 median of --repeats, after a warm-up. Prints a markdown table and writes the numbers as JSON.
 
 usage: python scripts/verify_cost_table.py [--dtypes bf16,int8] [--engines eager,compiled]
                                            [--widths 1,2,...,64] [--prefix 128] [--repeats 7] [--json OUT] [--smoke]
---engines: runtime.engine engines to time (compiled: the static-cache engine, CUDA graphs on a GPU; a
+--engines: assistant.runtime.engine engines to time (compiled: the static-cache engine, CUDA graphs on a GPU; a
 compiled engine that cannot be built falls back to eager and the column says so).
 --smoke runs a 2-layer model of the same head layout on the CPU (fp32, bf16): it checks the script,
 it measures nothing worth keeping. Without a GPU and without --smoke it refuses.
@@ -25,8 +25,8 @@ from types import SimpleNamespace
 
 import torch
 
-from runtime.costmodel import verify_costs
-from runtime.target import load_model
+from assistant.runtime.costmodel import verify_costs
+from assistant.runtime.target import load_model
 
 QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
@@ -56,7 +56,7 @@ def build_checkpoint(shape: dict, out: Path, dev: torch.device) -> int:
 
 def time_dtype(ckpt: Path, dtype: str, dev: torch.device, widths: tuple[int, ...], prefix: int,
                repeats: int, engine_kind: str = "eager") -> dict:
-    from runtime.engine import make_engine
+    from assistant.runtime.engine import make_engine
 
     t0 = time.perf_counter()
     model = load_model(str(ckpt), dtype, dev)
@@ -98,7 +98,7 @@ def table(results: dict[str, dict], widths: tuple[int, ...]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default=None, help="comma list (default: bf16,int8 on a GPU; fp32,bf16 with --smoke)")
-    ap.add_argument("--engines", default="eager", help="comma list of eager,compiled (runtime.engine)")
+    ap.add_argument("--engines", default="eager", help="comma list of eager,compiled (assistant.runtime.engine)")
     ap.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     ap.add_argument("--prefix", type=int, default=128, help="KV-cache tokens under the tree")
     ap.add_argument("--repeats", type=int, default=7)

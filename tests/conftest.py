@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.target import Target
+from assistant.runtime.target import Target
 
 
 class IdTokenizer:
@@ -42,7 +42,7 @@ def tiny_target() -> Target:
 
 @pytest.fixture(scope="session")
 def smol_fp32() -> Target:
-    from runtime.target import load_target
+    from assistant.runtime.target import load_target
 
     return load_target("default", "fp32")
 
@@ -51,7 +51,7 @@ def smol_fp32() -> Target:
 def smol_tokenizer():
     from transformers import AutoTokenizer
 
-    from runtime.fetch import ensure_default_model
+    from assistant.runtime.fetch import ensure_default_model
 
     return AutoTokenizer.from_pretrained(ensure_default_model())
 

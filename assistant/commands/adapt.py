@@ -5,7 +5,7 @@ Contract:
   adapter/state.json, heads/ and the history database read-only): head version,
   rows used / row budget, rows grown and evicted, the last cycle (status, time,
   tokens per pass before and after), accepted answers pending, the last error.
-- `assistant adapt --once [--json]` runs one full cycle now (adapt.cycle.run_cycle)
+- `assistant adapt --once [--json]` runs one full cycle now (assistant.adapt.cycle.run_cycle)
   and prints its report; exit 0 when published or nothing to do, 2 when rejected.
 - `assistant adapt --watch` runs the background worker in the foreground (lower
   priority, watchdog on the history store, the profile's schedule) until Ctrl-C.
@@ -64,14 +64,14 @@ def _fmt_status(s: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from profiles import Profile
+    from assistant.profiles import Profile
 
     profile = Profile.open(args.profile, create=args.profile is None)
     if args.once:
         return _once(profile, args)
     if args.watch:
         return _watch(profile, args)
-    from adapt.status import status
+    from assistant.adapt.status import status
 
     s = status(profile)
     print(json.dumps(s, indent=1, default=str) if args.json else _fmt_status(s))
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _once(profile, args) -> int:
-    from adapt.cycle import CycleConfig, run_cycle
+    from assistant.adapt.cycle import CycleConfig, run_cycle
 
     stage = lambda s: print(f"[adapt] {s}", file=sys.stderr, flush=True)  # noqa: E731 - stderr: --json stays clean
     report = run_cycle(profile, config=CycleConfig(dtype=args.dtype), on_stage=stage)
@@ -100,8 +100,8 @@ def _once(profile, args) -> int:
 
 
 def _watch(profile, args) -> int:
-    from adapt.cycle import CycleConfig
-    from adapt.worker import AdapterWorker
+    from assistant.adapt.cycle import CycleConfig
+    from assistant.adapt.worker import AdapterWorker
 
     def show(r):
         print(f"[adapt] cycle {r.get('cycle')} {r.get('status')} version={r.get('version')} "

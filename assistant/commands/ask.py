@@ -2,7 +2,7 @@
 
 Contract: `assistant ask "PROMPT" [--profile P] [--json] [--max-new-tokens N]` answers
 one prompt; `assistant ask --file PROMPTS.jsonl` answers every prompt of a JSON Lines
-file (prompt field found by runtime.jsonl.read_prompts; bad lines are reported as
+file (prompt field found by assistant.runtime.jsonl.read_prompts; bad lines are reported as
 FILE:LINE on stderr and skipped). The session is loaded once from the profile
 (target, dtype, head, memory budget). Each answer is streamed to stdout (or printed
 as one JSON object per answer with --json: id, prompt, answer, finish, new_tokens,
@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
                    help="answer length limit (default: the profile's max_new_tokens)")
     p.add_argument("--engine", choices=("auto", "eager", "compiled"), default=None,
-                   help="decode engine (runtime/engine.py); auto: the measured faster on this device")
+                   help="decode engine (assistant/runtime/engine.py); auto: the measured faster on this device")
     p.add_argument("--dtype", choices=("auto", "fp32", "bf16", "int8"), default=None,
                    help="override the profile's dtype")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
@@ -48,7 +48,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]
     if args.file and args.prompt:
         raise UserError("give a prompt or --file, not both")
     if args.file:
-        from runtime.jsonl import read_prompts
+        from assistant.runtime.jsonl import read_prompts
 
         return read_prompts(args.file)
     if not args.prompt:
@@ -57,7 +57,7 @@ def _prompts(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]
 
 
 def answer_one(session: Any, prompt: str, max_new_tokens: int | None, echo: bool) -> tuple[str, dict[str, Any]]:
-    """Stream one answer; returns (text, statistics). Counts like runtime.decode.DecodeStats."""
+    """Stream one answer; returns (text, statistics). Counts like assistant.runtime.decode.DecodeStats."""
     parts: list[str] = []
     finish = None
     passes = new_tokens = drafted = 0
@@ -97,7 +97,7 @@ def record(history: Any, prompt: str, answer: str, stats: dict[str, Any], system
 
 def run(args: argparse.Namespace) -> int:
     from assistant.session import ContextFullError, Session
-    from profiles import Profile
+    from assistant.profiles import Profile
 
     prompts, errors = _prompts(args)
     for e in errors:

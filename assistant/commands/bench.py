@@ -21,13 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma list of hf,pld,greedy,phrase,llamacpp,llamacpp_q4 (llamacpp: llama.cpp's plain decode "
                         "of the same weights as BF16 / Q4_1 GGUF, after scripts/build_llamacpp.sh)")
     p.add_argument("--engine", choices=["auto", "eager", "compiled"], default="auto",
-                   help="engine of greedy and phrase (runtime/engine.py); auto: the measured faster on this device, "
+                   help="engine of greedy and phrase (assistant/runtime/engine.py); auto: the measured faster on this device, "
                         "as chat and ask use it; hf and pld always run transformers' eager generate()")
     p.add_argument("--tree-width", type=int, default=None,
                    help="verify nodes per pass, root included (default: picked online per pass from the measured "
-                        "verify costs and what the head banks, <= 16; runtime/width.py)")
+                        "verify costs and what the head banks, <= 16; assistant/runtime/width.py)")
     p.add_argument("--layout", choices=["auto", "out", "in", "packed"], default="auto",
-                   help="weight layout for greedy and phrase (runtime/layout.py); auto: the measured best "
+                   help="weight layout for greedy and phrase (assistant/runtime/layout.py); auto: the measured best "
                         "without --tree-width, as loaded with it")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch threads of every method (default: measured on the engine and fitted to the load at "
@@ -46,7 +46,7 @@ def _resolve(args) -> tuple[str, str | None]:
     """Target and head from the flags, falling back to the profile when one exists."""
     target, head = args.target, args.head
     if target is None or head is None:
-        from profiles import Profile, paths
+        from assistant.profiles import Profile, paths
 
         if args.profile is not None or Profile.exists(paths.default_name()):
             prof = Profile.open(args.profile, create=False)
@@ -57,13 +57,13 @@ def _resolve(args) -> tuple[str, str | None]:
 
 
 def run(args) -> int:
-    from runtime.bench import BenchConfig, format_table, run_bench
-    from runtime.defaults import build_drafter
-    from runtime.jsonl import read_prompts
-    from runtime.target import load_target
+    from assistant.runtime.bench import BenchConfig, format_table, run_bench
+    from assistant.runtime.defaults import build_drafter
+    from assistant.runtime.jsonl import read_prompts
+    from assistant.runtime.target import load_target
 
-    from runtime.bench import LLAMACPP
-    from runtime.llamacpp import find_build
+    from assistant.runtime.bench import LLAMACPP
+    from assistant.runtime.llamacpp import find_build
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     llamacpp = find_build() if any(m in LLAMACPP for m in methods) else None
@@ -79,16 +79,16 @@ def run(args) -> int:
         print(f"assistant: {args.dataset}: no usable prompts", file=sys.stderr)
         return 1
     target_spec, head = _resolve(args)
-    from runtime.budget import resolve_dtype
+    from assistant.runtime.budget import resolve_dtype
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
     drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
-    from runtime.costmodel import pick_engine
+    from assistant.runtime.costmodel import pick_engine
 
     say = lambda s, f=None: print(f"[bench] {s}", file=sys.stderr)  # noqa: E731
     layers = tuple(getattr(drafter, "feature_layers", (-1,)))
     engine, plan = pick_engine(target, 16, say, refresh=args.recalibrate, kind=args.engine, feature_layers=layers)
-    from runtime.threads import ThreadPolicy, calibrate as calibrate_threads
+    from assistant.runtime.threads import ThreadPolicy, calibrate as calibrate_threads
 
     policy = ThreadPolicy(times={} if args.threads else calibrate_threads(target, engine, say), fixed=args.threads)
     threads = policy.apply()

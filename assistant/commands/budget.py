@@ -3,7 +3,7 @@
 Contract: `assistant budget --target T --memory SIZE [--json] [--dtype auto|int8|bf16|fp32]
 [--device auto|cpu|cuda] [--tree-width N] [--min-context N] [--profile P]` plans T
 ("Qwen/Qwen3-4B", "default" = SmolLM2-135M-Instruct, or a local dir with config.json)
-with runtime.budget.plan and prints the byte terms, the largest context and tree width
+with assistant.runtime.budget.plan and prints the byte terms, the largest context and tree width
 (--json: the BudgetPlan as a JSON object: fits, max_context, tree_width, terms, total,
 shortfall, ...). Values not given come from the profile (target, dtype, memory_budget,
 tree_width, row_budget) when --profile is given. Exit 0 when it fits, 1 when it does not
@@ -34,11 +34,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runtime.budget import DEFAULT_MIN_CONTEXT, BudgetError, plan
+    from assistant.runtime.budget import DEFAULT_MIN_CONTEXT, BudgetError, plan
 
     target, dtype, memory, width, rows = args.target, args.dtype, args.memory, args.tree_width, args.head_rows
     if args.profile is not None:
-        from profiles import Profile
+        from assistant.profiles import Profile
 
         cfg = Profile.open(args.profile, create=False).config
         target = target or cfg.target

@@ -1,4 +1,4 @@
-"""`assistant chat [--profile P]`: the Textual terminal UI (tui.app.ChatApp).
+"""`assistant chat [--profile P]`: the Textual terminal UI (assistant.tui.app.ChatApp).
 
 Contract: opens the profile (its history, memory budget and settings), builds an
 unloaded Session from it and runs the UI, which loads the model in the
@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
                                           "speculation statistics and the adapter's status.")
     p.add_argument("--profile", default=None, help="profile name (default: $ASSISTANT_PROFILE or 'default')")
     p.add_argument("--engine", choices=("auto", "eager", "compiled"), default="auto",
-                   help="decode engine (runtime/engine.py); auto: the measured faster on this device")
+                   help="decode engine (assistant/runtime/engine.py); auto: the measured faster on this device")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch threads of the answers (default: the profile's, else measured and fitted to the "
                         "machine's load)")
@@ -51,14 +51,14 @@ class _BrokenSession:
 
 
 def _adapter_source(profile: Any, session: Any = None, worker: Any = None) -> Any:
-    """The adapter panel's data source (tui.protocol.AdapterStatusSource).
+    """The adapter panel's data source (assistant.tui.protocol.AdapterStatusSource).
 
-    `adapt.status.status(profile)` is the same data as `assistant adapt --status`, led by what the
+    `assistant.adapt.status.status(profile)` is the same data as `assistant adapt --status`, led by what the
     background worker is doing (state, and the stage of a running cycle); a cycle run from the panel
     reuses the session's loaded target instead of loading a second copy.
     """
-    from adapt.status import run_once, status
-    from tui.protocol import AdapterHooks
+    from assistant.adapt.status import run_once, status
+    from assistant.tui.protocol import AdapterHooks
 
     def run_now() -> Any:
         return run_once(profile, target=getattr(session, "target", None))
@@ -77,7 +77,7 @@ def _start_adapter(profile: Any, session: Any) -> Any:
     """Run the background adapter beside the chat once the model is loaded (profile's [adapter] enabled)."""
     if not profile.config.adapter_enabled or not hasattr(session, "on_loaded"):
         return None
-    from adapt.worker import AdapterWorker
+    from assistant.adapt.worker import AdapterWorker
 
     worker = AdapterWorker(profile.name, busy=session.busy)
 
@@ -93,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from profiles import Profile
+    from assistant.profiles import Profile
 
     from assistant import session as session_mod
-    from tui.app import ChatApp
-    from tui.history import MemoryHistory
+    from assistant.tui.app import ChatApp
+    from assistant.tui.history import MemoryHistory
 
     profile = Profile.open(args.profile)
     startup_errors: list[tuple[BaseException, str]] = []

@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
 
 def describe(name: str | None) -> dict[str, Any]:
     """Everything `show` prints, collecting problems instead of failing on them."""
-    from profiles import Profile, ProfileError
+    from assistant.profiles import Profile, ProfileError
 
     prof = Profile.open(name, create=False, strict=False)
     problems = list(prof.problems)
@@ -53,7 +53,7 @@ def describe(name: str | None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from profiles import Profile, paths
+    from assistant.profiles import Profile, paths
 
     action = args.profile_command
     if action is None:

@@ -1,6 +1,6 @@
 """`assistant train`: build a draft vocabulary and phrase head from distillation data.
 
-Contract: flags map one-to-one onto adapt.pipeline.TrainConfig (frozen); the
+Contract: flags map one-to-one onto assistant.adapt.pipeline.TrainConfig (frozen); the
 stages (distil, mine, features, train, write) are resumable in the work
 directory, so rerunning the same command continues an interrupted build.
 `--data FILE[:START:STOP]` is required and may repeat (0-based record range).
@@ -55,7 +55,7 @@ def register(subparsers) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from adapt.pipeline import TrainConfig
+    from assistant.adapt.pipeline import TrainConfig
 
     return TrainConfig(
         target=args.target, dtype=args.dtype, sources=tuple(_source(s) for s in args.data),
@@ -68,8 +68,8 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapt.pipeline import run_pipeline
-    from runtime.head import load_artifact
+    from assistant.adapt.pipeline import run_pipeline
+    from assistant.runtime.head import load_artifact
 
     config = config_from_args(args)
     out = run_pipeline(config)

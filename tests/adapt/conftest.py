@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.target import Target
+from assistant.runtime.target import Target
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +31,6 @@ def tiny_llama_dir(tiny_llama, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def table(smol_tokenizer):
-    from runtime.vocab import TokenTable
+    from assistant.runtime.vocab import TokenTable
 
     return TokenTable.from_tokenizer(smol_tokenizer)

@@ -1,4 +1,4 @@
-"""adapt.cycle on a tiny random Llama (real SmolLM2 tokenizer) in a temporary profile.
+"""assistant.adapt.cycle on a tiny random Llama (real SmolLM2 tokenizer) in a temporary profile.
 
 Also home of the helpers the worker and CLI tests reuse (`adapt_profile`, `add_answers`, `FAST`).
 """
@@ -10,17 +10,17 @@ import os
 import pytest
 import torch
 
-from adapt.cycle import CycleConfig, read_state, run_cycle
-from adapt.distill import DistillConfig, distill, load_answers
-from adapt.features import collect_features
-from adapt.grow import ChangeLog
-from adapt.mine import chain_table, mine
-from adapt.replay import ReplayBuffer
-from adapt.train import HeadTrainConfig, row_targets, train_head, write_artifact
-from profiles import Profile
-from runtime.decode import DecodeConfig, greedy_generate, run_to_end
-from runtime.head import load_artifact
-from runtime.vocab import DraftVocab
+from assistant.adapt.cycle import CycleConfig, read_state, run_cycle
+from assistant.adapt.distill import DistillConfig, distill, load_answers
+from assistant.adapt.features import collect_features
+from assistant.adapt.grow import ChangeLog
+from assistant.adapt.mine import chain_table, mine
+from assistant.adapt.replay import ReplayBuffer
+from assistant.adapt.train import HeadTrainConfig, row_targets, train_head, write_artifact
+from assistant.profiles import Profile
+from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end
+from assistant.runtime.head import load_artifact
+from assistant.runtime.vocab import DraftVocab
 
 quiet = lambda *a: None  # noqa: E731
 QUIET_LOG = type("L", (), {"progress": staticmethod(quiet), "say": staticmethod(quiet)})()
@@ -46,7 +46,7 @@ def base_artifact(tiny_llama, table, tmp_path_factory):
     d = tmp_path_factory.mktemp("base")
     src = d / "prompts.jsonl"
     src.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
-    from adapt.distill import training_prompts
+    from assistant.adapt.distill import training_prompts
 
     prompts = training_prompts([(str(src), 0, 6)])
     distill(tiny_llama, prompts, d / "answers.jsonl", DistillConfig(batch_size=6, max_new_tokens=24), progress=quiet)
@@ -145,7 +145,7 @@ def test_rejected_cycle_keeps_current_head(adapt_profile, tiny_llama):
 
 
 def test_held_out_answers_accumulate_across_cycles(adapt_profile, tiny_llama):
-    from adapt.cycle import HELD_OUT_FILE, load_held_out
+    from assistant.adapt.cycle import HELD_OUT_FILE, load_held_out
 
     p = adapt_profile
     cfg = CycleConfig(**{**FAST.__dict__, "held_out_keep": 3})
@@ -246,8 +246,8 @@ def test_cycle_loads_its_own_target_for_an_auto_dtype_profile(adapt_profile):
 def test_every_stage_reports_its_progress(adapt_profile, tiny_llama):
     """The first cycle spent half an hour as 'finetune' and 'check' with no progress: every stage that
     takes long now says k/n, and another process sees the running stage in adapt --status."""
-    from adapt.cycle import STAGE_FILE, read_stage
-    from adapt.status import status
+    from assistant.adapt.cycle import STAGE_FILE, read_stage
+    from assistant.adapt.status import status
 
     p = adapt_profile
     add_answers(p, 0, 8)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from runtime.decode import DraftContext
-from runtime.drafters import PhraseDrafter
-from runtime.head import HeadConfig, PhraseHead
-from runtime.tree import build_tree
-from runtime.vocab import DraftVocab
+from assistant.runtime.decode import DraftContext
+from assistant.runtime.drafters import PhraseDrafter
+from assistant.runtime.head import HeadConfig, PhraseHead
+from assistant.runtime.tree import build_tree
+from assistant.runtime.vocab import DraftVocab
 
 
 def _drafter(max_nodes=None):
@@ -48,7 +48,7 @@ def test_best_first_respects_its_own_budget():
 
 
 def test_artifact_settings_apply_unless_given_explicitly():
-    from runtime.head import Artifact
+    from assistant.runtime.head import Artifact
 
     d = _drafter()
     art = Artifact(head=d.head, vocab=d.vocab, meta={"drafter": {"top_k": 10, "chain_depth": 3, "tuned_on": "x"}},

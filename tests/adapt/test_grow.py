@@ -1,11 +1,11 @@
-"""adapt.grow: budget, decayed-utility eviction, id reuse, mean-trunk init, the change log, chains."""
+"""assistant.adapt.grow: budget, decayed-utility eviction, id reuse, mean-trunk init, the change log, chains."""
 from __future__ import annotations
 
 import torch
 
-from adapt.grow import ChangeLog, GrowConfig, apply, mean_trunk_init, merge_chain, observe_usage, plan
-from runtime.head import HeadConfig, PhraseHead
-from runtime.vocab import DraftVocab
+from assistant.adapt.grow import ChangeLog, GrowConfig, apply, mean_trunk_init, merge_chain, observe_usage, plan
+from assistant.runtime.head import HeadConfig, PhraseHead
+from assistant.runtime.vocab import DraftVocab
 
 DAY = 24 * 3600.0
 NOW = 1_000_000_000.0

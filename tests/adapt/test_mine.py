@@ -1,5 +1,5 @@
-from adapt.mine import MineConfig, candidate_spans, chain_table, coverage, longest_match, mine, segment, word_starts
-from runtime.vocab import DraftVocab
+from assistant.adapt.mine import MineConfig, candidate_spans, chain_table, coverage, longest_match, mine, segment, word_starts
+from assistant.runtime.vocab import DraftVocab
 
 TEXT = ("Natalia sold 48 clips in April. She sold half as many clips in May. "
         "So she sold 48 + 24 = 72 clips in April and May. The answer is 72.\n") * 3

@@ -6,15 +6,15 @@ import json
 import pytest
 import torch
 
-from adapt.distill import DistillConfig, distill, load_answers
-from adapt.evaluate import simulate_decode
-from adapt.features import Features, collect_features
-from adapt.mine import chain_table, mine
-from adapt.train import HeadTrainConfig, row_targets, train_head, write_artifact
-from runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
-from runtime.drafters import PhraseDrafter
-from runtime.head import load_artifact
-from runtime.vocab import DraftVocab
+from assistant.adapt.distill import DistillConfig, distill, load_answers
+from assistant.adapt.evaluate import simulate_decode
+from assistant.adapt.features import Features, collect_features
+from assistant.adapt.mine import chain_table, mine
+from assistant.adapt.train import HeadTrainConfig, row_targets, train_head, write_artifact
+from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
+from assistant.runtime.drafters import PhraseDrafter
+from assistant.runtime.head import load_artifact
+from assistant.runtime.vocab import DraftVocab
 
 PROMPTS = [(f"p{i}", q) for i, q in enumerate([
     "What is 2 + 3?", "Natalia sold 48 clips in April.", "How many legs does a cat have?",
@@ -109,7 +109,7 @@ def test_train_write_load_and_simulation_matches_decode(tiny_llama, table, tmp_p
 
 
 def test_generation_features_equal_prefill_features(tiny_llama, tmp_path):
-    from adapt.distill import load_generation_features
+    from assistant.adapt.distill import load_generation_features
 
     out = tmp_path / "a.jsonl"
     distill(tiny_llama, PROMPTS[:3], out, DistillConfig(batch_size=3, max_new_tokens=6, feature_layers=(-1, 1)),

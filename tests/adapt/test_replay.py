@@ -1,11 +1,11 @@
-"""adapt.replay: bounded, crash-safe, labels recomputed under a changed vocabulary."""
+"""assistant.adapt.replay: bounded, crash-safe, labels recomputed under a changed vocabulary."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from adapt.replay import FOLLOW, ReplayBuffer
-from runtime.vocab import DraftVocab
+from assistant.adapt.replay import FOLLOW, ReplayBuffer
+from assistant.runtime.vocab import DraftVocab
 
 
 def _batch(answers, dim=8, seed=0):

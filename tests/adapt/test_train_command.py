@@ -5,10 +5,10 @@ import json
 import subprocess
 import sys
 
-from adapt.pipeline import TrainConfig, run_pipeline
+from assistant.adapt.pipeline import TrainConfig, run_pipeline
 from assistant.cli import build_parser
 from assistant.commands.train import config_from_args
-from runtime.head import load_artifact
+from assistant.runtime.head import load_artifact
 
 
 def test_flags_map_onto_frozen_config():
@@ -47,7 +47,7 @@ def test_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
 
 
 def test_distill_only_stops_after_the_answers(tiny_llama_dir, tmp_path):
-    from adapt.distill import load_answers
+    from assistant.adapt.distill import load_answers
 
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"question": q}) + "\n" for q in ["What is 2 + 3?", "Say hello."]))

@@ -1,4 +1,4 @@
-"""adapt.worker: schedule, watchdog trigger, yielding to the chat, failures, and a kill mid-cycle."""
+"""assistant.adapt.worker: schedule, watchdog trigger, yielding to the chat, failures, and a kill mid-cycle."""
 from __future__ import annotations
 
 import os
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapt.cycle import read_state, run_cycle
-from adapt.replay import ReplayBuffer
-from adapt.worker import AdapterWorker, generating, is_due, marker_busy
-from profiles import Profile
-from runtime.head import load_artifact
+from assistant.adapt.cycle import read_state, run_cycle
+from assistant.adapt.replay import ReplayBuffer
+from assistant.adapt.worker import AdapterWorker, generating, is_due, marker_busy
+from assistant.profiles import Profile
+from assistant.runtime.head import load_artifact
 from tests.adapt.test_cycle import FAST, adapt_profile, add_answers, base_artifact  # noqa: F401 (fixtures)
 
 
@@ -127,9 +127,9 @@ def test_yields_while_an_answer_is_generated(home):
 
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time
-    from adapt.cycle import CycleConfig, run_cycle
-    from profiles import Profile
-    from runtime.target import load_target
+    from assistant.adapt.cycle import CycleConfig, run_cycle
+    from assistant.profiles import Profile
+    from assistant.runtime.target import load_target
     import json
     cfg = CycleConfig(**json.loads(sys.argv[2]))
     p = Profile.open("u")
@@ -162,7 +162,7 @@ def test_killed_mid_cycle_leaves_profile_usable(adapt_profile, tiny_llama, stage
         proc.wait(30)
     expect = "v000002" if stage == "state" else "v000001"   # 'state' comes after the publish
     assert p.heads.current_version() == expect
-    from adapt.grow import ChangeLog
+    from assistant.adapt.grow import ChangeLog
 
     log = ChangeLog(p.path / "adapter" / "vocab_log.jsonl")
     if stage == "finetune":                                # killed before the publish: nothing logged
@@ -183,7 +183,7 @@ def test_killed_mid_cycle_leaves_profile_usable(adapt_profile, tiny_llama, stage
 def test_limit_torch_threads_changes_only_the_calling_thread():
     import torch
 
-    from adapt.worker import limit_torch_threads
+    from assistant.adapt.worker import limit_torch_threads
 
     default = torch.get_num_threads()
     seen = {}

@@ -9,7 +9,7 @@ import pytest
 
 import assistant.session as session_mod
 from assistant.cli import main
-from profiles import Profile
+from assistant.profiles import Profile
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_head_path_from_profile(home, fake, tmp_path):
 @pytest.mark.slow
 def test_real_model_answers_and_records(home, capsys, monkeypatch):
     """SmolLM2 answers with 8 new tokens; the answer is recorded as accepted with its statistics."""
-    from runtime.fetch import ensure_default_model
+    from assistant.runtime.fetch import ensure_default_model
 
     ensure_default_model()
     assert main(["ask", "What is 2+2?", "--json", "--max-new-tokens", "8"]) == 0

@@ -77,7 +77,7 @@ def test_a_prompt_past_the_models_context_is_refused_before_any_forward():
     import time
 
     from assistant.session import ContextFullError, Session, SessionConfig
-    from runtime.engine import EagerEngine
+    from assistant.runtime.engine import EagerEngine
 
     from ..conftest import tiny_qwen3
 
@@ -94,8 +94,8 @@ def test_a_prompt_past_the_models_context_is_refused_before_any_forward():
 
 
 def test_cancel_stops_a_long_prefill_between_chunks():
-    from runtime.decode import DecodeConfig, greedy_generate
-    from runtime.engine import EagerEngine
+    from assistant.runtime.decode import DecodeConfig, greedy_generate
+    from assistant.runtime.engine import EagerEngine
 
     from ..conftest import tiny_qwen3
 
@@ -114,7 +114,7 @@ class _ChunkedEager:
     """The eager engine with 100-token prefill chunks (the real chunk is 512)."""
 
     def __init__(self, model):
-        from runtime.engine import EagerEngine
+        from assistant.runtime.engine import EagerEngine
 
         self._e = EagerEngine(model)
         self.name = "eager"

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def checkpoint(tmp_path, monkeypatch):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from runtime.fetch import ensure_default_model
+    from assistant.runtime.fetch import ensure_default_model
 
     src = ensure_default_model()
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path / "cache"))     # after the real model was found
@@ -44,7 +44,7 @@ def test_first_answers_eager_then_compiled_after_the_background_build(checkpoint
     first = [t for step in s.answer(msgs) for t in step.tokens]
     assert s.info()["engine_building"] or s.engine.name == "compiled"
     deadline = time.time() + 600
-    from runtime.precompile import ready
+    from assistant.runtime.precompile import ready
 
     while not ready(s.pending_engine) and time.time() < deadline:
         time.sleep(1)

@@ -66,11 +66,11 @@ def test_no_unpickling_anywhere():
 
 
 def test_compiled_forwards_are_read_in_one_place():
-    """torch's saved compiled functions are pickles: they are read by runtime/precompile.py alone, which
+    """torch's saved compiled functions are pickles: they are read by assistant/runtime/precompile.py alone, which
     reads them only from the user's own cache directory and only when no one else can write them."""
     users = [str(p.relative_to(REPO)) for p in python_files()
              if "load_compiled_function" in p.read_text("utf-8", errors="replace")
              and not p.relative_to(REPO).parts[0] == "tests"]
-    assert users == ["runtime/precompile.py"]
-    src = (REPO / "runtime" / "precompile.py").read_text()
+    assert users == ["assistant/runtime/precompile.py"]
+    src = (REPO / "assistant" / "runtime" / "precompile.py").read_text()
     assert "_private(path)" in src and "compiled_dir()" in src

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from tests.profiles.profile_helpers import use_home
 
-from profiles import Profile, ProfileConfig, ProfileError
-from profiles.config import load_config, parse_size, save_config
+from assistant.profiles import Profile, ProfileConfig, ProfileError
+from assistant.profiles.config import load_config, parse_size, save_config
 
 
 @pytest.fixture

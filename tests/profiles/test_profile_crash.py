@@ -8,8 +8,8 @@ import time
 import pytest
 from tests.profiles.profile_helpers import child, drain, make_artifact, read_until, use_home
 
-from profiles import Profile
-from profiles.heads import HeadStore
+from assistant.profiles import Profile
+from assistant.profiles.heads import HeadStore
 
 
 @pytest.fixture
@@ -18,9 +18,9 @@ def home(tmp_path, monkeypatch):
 
 PUBLISH_SCRIPT = r"""
 import sys, time
-import profiles.atomic as A
-import profiles.heads as H
-from profiles import Profile
+import assistant.profiles.atomic as A
+import assistant.profiles.heads as H
+from assistant.profiles import Profile
 
 stage, n, src, extra = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 p = Profile.open("crash")
@@ -82,7 +82,7 @@ def test_kill_during_publish(home, tmp_path, stage):
 
 HISTORY_SCRIPT = r"""
 import sys, time
-from profiles import Profile
+from assistant.profiles import Profile
 
 mode, n = sys.argv[1], int(sys.argv[2])
 h = Profile.open("crash").history
@@ -144,7 +144,7 @@ def test_kill_during_history_write(home, mode):
 
 WRITER_SCRIPT = r"""
 import sys
-from profiles import Profile
+from assistant.profiles import Profile
 
 n, src = int(sys.argv[1]), sys.argv[2]
 p = Profile.open("shared")
@@ -193,7 +193,7 @@ def test_reader_while_writer_runs(home, tmp_path):
 
 TWO_WRITERS = r"""
 import sys
-from profiles import Profile
+from assistant.profiles import Profile
 
 p = Profile.open("shared")
 p.heads.keep = 1000

@@ -8,12 +8,12 @@ import stat
 import subprocess
 import sys
 
-from profiles import Profile
-from profiles.atomic import atomic_write_text, clean_temp
+from assistant.profiles import Profile
+from assistant.profiles.atomic import atomic_write_text, clean_temp
 
 from .profile_helpers import REPO, make_artifact
 
-OPEN = "import sys\nfrom profiles import Profile\nProfile.open(sys.argv[1]).history.close()\n"
+OPEN = "import sys\nfrom assistant.profiles import Profile\nProfile.open(sys.argv[1]).history.close()\n"
 
 
 def test_two_processes_opening_a_new_profile_never_fail(tmp_path):

@@ -6,8 +6,8 @@ import json
 import pytest
 from tests.profiles.profile_helpers import make_artifact, use_home
 
-from profiles import Profile, ProfileError
-from profiles.heads import HeadStore
+from assistant.profiles import Profile, ProfileError
+from assistant.profiles.heads import HeadStore
 
 
 @pytest.fixture
@@ -116,10 +116,10 @@ def test_deep_check_detects_bit_flip(home, tmp_path):
 
 
 def test_real_head_artifact_round_trip(home, tmp_path):
-    """A file written by runtime.head.save_artifact publishes and loads back (safetensors, no pickle)."""
+    """A file written by assistant.runtime.head.save_artifact publishes and loads back (safetensors, no pickle)."""
     torch = pytest.importorskip("torch")
-    from runtime.head import HeadConfig, PhraseHead, load_artifact, save_artifact
-    from runtime.vocab import DraftVocab
+    from assistant.runtime.head import HeadConfig, PhraseHead, load_artifact, save_artifact
+    from assistant.runtime.vocab import DraftVocab
 
     vocab = DraftVocab()
     for i in range(8):

@@ -6,8 +6,8 @@ import sqlite3
 import pytest
 from tests.profiles.profile_helpers import make_artifact, use_home
 
-from profiles import Profile, ProfileError
-from profiles.history import MIGRATIONS, SCHEMA_VERSION, HistoryStore
+from assistant.profiles import Profile, ProfileError
+from assistant.profiles.history import MIGRATIONS, SCHEMA_VERSION, HistoryStore
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""runtime.bench.format_table: the printed summary of a bench report."""
-from runtime.bench import format_table
+"""assistant.runtime.bench.format_table: the printed summary of a bench report."""
+from assistant.runtime.bench import format_table
 
 
 def _report(methods: dict) -> dict:

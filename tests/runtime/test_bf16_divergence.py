@@ -11,9 +11,9 @@ Every divergence must sit below that bound (and below an absolute 1.0 logit).
 import pytest
 import torch
 
-from runtime.bench import first_divergence
-from runtime.decode import DecodeConfig, run_to_end, speculative_generate
-from runtime.drafters import OracleDrafter, PromptLookupDrafter
+from assistant.runtime.bench import first_divergence
+from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
+from assistant.runtime.drafters import OracleDrafter, PromptLookupDrafter
 
 from .prompts import PROMPTS
 
@@ -23,7 +23,7 @@ N = 40
 
 @pytest.fixture(scope="module")
 def smol_bf16():
-    from runtime.target import load_target
+    from assistant.runtime.target import load_target
 
     return load_target("default", "bf16")
 

@@ -1,4 +1,4 @@
-"""runtime.budget: byte terms from a config alone, the choice of context and tree width, the CLI."""
+"""assistant.runtime.budget: byte terms from a config alone, the choice of context and tree width, the CLI."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.budget import (BudgetError, estimate, format_size, load_shape, parse_size, plan, plan_session,
+from assistant.runtime.budget import (BudgetError, estimate, format_size, load_shape, parse_size, plan, plan_session,
                             require)
 
 GiB = 2**30
@@ -117,8 +117,8 @@ def test_cli_8gib_fits_and_4gib_refuses():
 
 
 def test_cli_never_imports_torch():
-    code = ("import sys; from assistant.commands import budget, profile, ask; import runtime.budget, profiles;"
-            "from runtime.budget import plan; plan('Qwen/Qwen3-4B', '8GiB', dtype='int8');"
+    code = ("import sys; from assistant.commands import budget, profile, ask; import assistant.runtime.budget, assistant.profiles;"
+            "from assistant.runtime.budget import plan; plan('Qwen/Qwen3-4B', '8GiB', dtype='int8');"
             "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -176,7 +176,7 @@ def test_measured_rss_matches_plan(dtype):
 
 
 def test_auto_dtype_follows_native_bf16(tmp_path, monkeypatch):
-    from runtime import budget
+    from assistant.runtime import budget
 
     with_bf16 = tmp_path / "cpuinfo_bf16"
     with_bf16.write_text("flags\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")

@@ -1,4 +1,4 @@
-"""runtime.costmodel: the (layout, width) choice, its cache, and the target left as it came."""
+"""assistant.runtime.costmodel: the (layout, width) choice, its cache, and the target left as it came."""
 import json
 import os
 import subprocess
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime import costmodel
-from runtime import threads
-from runtime.costmodel import VerifyPlan, calibrate, choose, expected_tokens_per_pass, verify_costs
-from runtime.layout import layout_of
+from assistant.runtime import costmodel
+from assistant.runtime import threads
+from assistant.runtime.costmodel import VerifyPlan, calibrate, choose, expected_tokens_per_pass, verify_costs
+from assistant.runtime.layout import layout_of
 
 from ..conftest import tiny_qwen3
 

@@ -4,10 +4,10 @@ import random
 import pytest
 import torch
 
-from runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
-from runtime.drafters import AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter, UnionDrafter
-from runtime.head import HeadConfig, PhraseHead
-from runtime.vocab import DraftVocab
+from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
+from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter, UnionDrafter
+from assistant.runtime.head import HeadConfig, PhraseHead
+from assistant.runtime.vocab import DraftVocab
 
 
 def hf_greedy(target, ids, n, eos=None):
@@ -147,7 +147,7 @@ def test_text_deltas_add_up(tiny_target):
 
 
 def test_time_split_accounts_for_every_pass(tiny_target):
-    from runtime.decode import PHASES
+    from assistant.runtime.decode import PHASES
 
     ids = prompts(1)[0]
     _, stats = run_to_end(speculative_generate(tiny_target, ids, random_phrase_drafter(tiny_target),

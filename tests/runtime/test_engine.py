@@ -1,4 +1,4 @@
-"""runtime.engine: the compiled static-cache engine decodes exactly what the eager one and generate() do.
+"""assistant.runtime.engine: the compiled static-cache engine decodes exactly what the eager one and generate() do.
 
 Tiny random Qwen3 (untied, GQA 4/2) and Llama (tied embeddings, GQA 4/1) targets, each compiled
 once per module (inductor, ~20 s on 2 cores: marked slow). Trees that accept a non-first branch
@@ -9,12 +9,12 @@ wrong token.
 import pytest
 import torch
 
-from runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
-from runtime.drafters import AdversarialDrafter, OracleDrafter, PromptLookupDrafter, UnionDrafter
-from runtime.engine import CompiledEngine, EagerEngine, make_engine
-from runtime.layout import layout_of
-from runtime.target import Target
-from runtime.tree import build_tree
+from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
+from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter, PromptLookupDrafter, UnionDrafter
+from assistant.runtime.engine import CompiledEngine, EagerEngine, make_engine
+from assistant.runtime.layout import layout_of
+from assistant.runtime.target import Target
+from assistant.runtime.tree import build_tree
 
 from ..conftest import IdTokenizer, tiny_qwen3
 from .test_decode_tiny import hf_greedy, prompts, random_phrase_drafter

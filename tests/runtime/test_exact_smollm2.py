@@ -8,10 +8,10 @@ whose every proposal is wrong, and the phrase head (untrained) + prompt lookup.
 import pytest
 import torch
 
-from runtime.decode import DecodeConfig, run_to_end, speculative_generate
-from runtime.drafters import AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter, UnionDrafter
-from runtime.head import HeadConfig, PhraseHead
-from runtime.vocab import DraftVocab, TokenTable
+from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
+from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter, UnionDrafter
+from assistant.runtime.head import HeadConfig, PhraseHead
+from assistant.runtime.vocab import DraftVocab, TokenTable
 
 from .prompts import PROMPTS
 
@@ -81,9 +81,9 @@ def test_natural_eos_inside_oracle_run(smol_fp32):
 
 @pytest.mark.parametrize("kind", ["oracle", "phrase"])
 def test_in_major_weights_equal_generate_as_loaded(smol_fp32, references, kind):
-    """The runtime may re-stride the weights (runtime.layout, picked by the cost model on CPUs): the
+    """The runtime may re-stride the weights (assistant.runtime.layout, picked by the cost model on CPUs): the
     references above come from generate() on the weights as loaded, the decode runs on [in, out] ones."""
-    from runtime.layout import set_layout
+    from assistant.runtime.layout import set_layout
 
     set_layout(smol_fp32.model, "in")
     try:
@@ -100,8 +100,8 @@ def test_in_major_weights_equal_generate_as_loaded(smol_fp32, references, kind):
 def compiled_fp32(smol_fp32, references):
     """The compiled static-cache engine on the same fp32 weights (references are taken first, by
     generate() on the weights as loaded); the weights go back to as loaded afterwards."""
-    from runtime.engine import CompiledEngine, make_engine
-    from runtime.layout import set_layout
+    from assistant.runtime.engine import CompiledEngine, make_engine
+    from assistant.runtime.layout import set_layout
 
     engine = make_engine(smol_fp32, "compiled")
     assert isinstance(engine, CompiledEngine)
@@ -112,7 +112,7 @@ def compiled_fp32(smol_fp32, references):
 @pytest.mark.parametrize("kind", ["oracle", "adversarial", "phrase"])
 def test_compiled_engine_equals_generate_fp32(smol_fp32, references, compiled_fp32, kind):
     """Issue 14: the compiled engine (packed weights, window attention, static cache) is exact in fp32."""
-    from runtime.decode import greedy_generate
+    from assistant.runtime.decode import greedy_generate
 
     passes = tokens = 0
     for ids, ref in references:

@@ -1,7 +1,7 @@
-"""runtime.fetch: a local GGUF (ASSISTANT_GGUF) for machines without the package index."""
+"""assistant.runtime.fetch: a local GGUF (ASSISTANT_GGUF) for machines without the package index."""
 import pytest
 
-from runtime import fetch
+from assistant.runtime import fetch
 
 
 def test_missing_local_gguf_is_one_clear_error(tmp_path, monkeypatch):

@@ -3,9 +3,9 @@ load path (bitsandbytes) verifies trees. `scripts/gpu_bench.sh table` runs these
 import pytest
 import torch
 
-from runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
-from runtime.drafters import OracleDrafter, PromptLookupDrafter, UnionDrafter
-from runtime.target import Target, load_model
+from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
+from assistant.runtime.drafters import OracleDrafter, PromptLookupDrafter, UnionDrafter
+from assistant.runtime.target import Target, load_model
 from tests.conftest import IdTokenizer, tiny_qwen3
 from tests.runtime.test_decode_tiny import prompts, random_phrase_drafter
 
@@ -51,7 +51,7 @@ def test_int8_load_path_verifies_trees(tmp_path):
 def test_cuda_compiled_engine_matches_generate_fp32():
     """The compiled static-cache engine on CUDA (CUDA graphs through inductor, node buckets and 256-slot
     windows) decodes what generate() does in fp32."""
-    from runtime.engine import CompiledEngine, make_engine
+    from assistant.runtime.engine import CompiledEngine, make_engine
 
     cpu = tiny_qwen3()
     target = Target(model=cpu.model.to(CUDA), tokenizer=cpu.tokenizer, name="tiny-qwen3", dtype="fp32", device=CUDA)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from runtime.jsonl import read_prompts
+from assistant.runtime.jsonl import read_prompts
 
 
 def test_fields_and_bad_lines(tmp_path):

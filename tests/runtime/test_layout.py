@@ -1,10 +1,10 @@
-"""runtime.layout: re-strided linear weights keep values, tying and decode output."""
+"""assistant.runtime.layout: re-strided linear weights keep values, tying and decode output."""
 import pytest
 import torch
 
-from runtime.decode import DecodeConfig, run_to_end, speculative_generate
-from runtime.drafters import OracleDrafter
-from runtime.layout import layout_of, set_layout
+from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
+from assistant.runtime.drafters import OracleDrafter
+from assistant.runtime.layout import layout_of, set_layout
 
 from ..conftest import tiny_qwen3
 from .test_decode_tiny import hf_greedy, prompts, random_phrase_drafter
@@ -67,7 +67,7 @@ def test_packed_after_in_leaves_the_tied_embedding_out():
     tied embedding whatever layout came before (the cost model measures "in" before "packed")."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from runtime.layout import packing_supported
+    from assistant.runtime.layout import packing_supported
 
     cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
@@ -87,7 +87,7 @@ def test_packed_after_in_leaves_the_tied_embedding_out():
 
 
 def _packed_tiny():
-    from runtime.layout import packing_supported
+    from assistant.runtime.layout import packing_supported
 
     t = tiny_qwen3(seed=6)
     if not packing_supported(t.model):
@@ -98,7 +98,7 @@ def _packed_tiny():
 def test_siblings_share_one_packed_gemm_and_round_trip():
     """q/k/v and gate/up of a layer are one packed weight; each linear reads its own columns of the product,
     and unpacking gives every weight back exactly."""
-    from runtime.layout import _PACKED, packed_columns
+    from assistant.runtime.layout import _PACKED, packed_columns
 
     t = _packed_tiny()
     before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
@@ -139,7 +139,7 @@ def test_a_sibling_never_reuses_a_product_of_other_input():
 
 
 def test_dedup_pass_merges_calls_of_one_input_and_key():
-    from runtime.layout import DedupPackedLinear
+    from assistant.runtime.layout import DedupPackedLinear
 
     op = torch.ops.assistant.packed_linear.default
     g = torch.fx.Graph()

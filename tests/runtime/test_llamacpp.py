@@ -1,10 +1,10 @@
-"""runtime.llamacpp: finding a build, the command line it runs, parsing llama.cpp's own timings."""
+"""assistant.runtime.llamacpp: finding a build, the command line it runs, parsing llama.cpp's own timings."""
 import os
 import stat
 
 import pytest
 
-from runtime.llamacpp import find_build
+from assistant.runtime.llamacpp import find_build
 
 FAKE = r"""#!/usr/bin/env bash
 # stands in for llama-completion: echoes its arguments to a file, prints text and llama.cpp's perf lines

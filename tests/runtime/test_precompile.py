@@ -1,4 +1,4 @@
-"""runtime.precompile: a saved compiled forward is loaded by the next engine, one built for other weights
+"""assistant.runtime.precompile: a saved compiled forward is loaded by the next engine, one built for other weights
 is caught before it answers, and a background build in another process produces what the parent loads.
 
 Tiny random Qwen3 targets with the user cache directory in tmp_path (each compile ~15-30 s on 2 cores:
@@ -9,12 +9,12 @@ import time
 import pytest
 import torch
 
-from runtime import precompile
-from runtime.decode import DecodeConfig, run_to_end, speculative_generate
-from runtime.drafters import OracleDrafter
-from runtime.engine import CompiledEngine, EagerEngine, make_engine
-from runtime.layout import packed_keys
-from runtime.target import Target, load_model
+from assistant.runtime import precompile
+from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
+from assistant.runtime.drafters import OracleDrafter
+from assistant.runtime.engine import CompiledEngine, EagerEngine, make_engine
+from assistant.runtime.layout import packed_keys
+from assistant.runtime.target import Target, load_model
 
 from ..conftest import IdTokenizer, tiny_qwen3
 from .test_decode_tiny import hf_greedy, prompts

@@ -1,9 +1,9 @@
-"""runtime.target.load_model: the model half of load_target, on a saved tiny Qwen3 (no tokenizer)."""
+"""assistant.runtime.target.load_model: the model half of load_target, on a saved tiny Qwen3 (no tokenizer)."""
 import pytest
 import torch
 
-from runtime.fetch import ModelFetchError
-from runtime.target import load_model
+from assistant.runtime.fetch import ModelFetchError
+from assistant.runtime.target import load_model
 from tests.conftest import tiny_qwen3
 
 CPU = torch.device("cpu")
@@ -36,7 +36,7 @@ def test_refusals_are_one_line(checkpoint, tmp_path):
 
 
 def test_load_target_refuses_int8_on_the_cpu_before_any_tokenizer_io(checkpoint):
-    from runtime.target import load_target
+    from assistant.runtime.target import load_target
 
     with pytest.raises(ModelFetchError, match="int8 .* needs a CUDA device"):
         load_target(checkpoint, "int8", "cpu")      # the checkpoint has no tokenizer: that error would come later

@@ -1,4 +1,4 @@
-"""runtime.threads: the thread count follows measurement and load; a fixed count always wins; the count
+"""assistant.runtime.threads: the thread count follows measurement and load; a fixed count always wins; the count
 is set in the thread that runs the forwards."""
 import subprocess
 import sys
@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from runtime import threads
-from runtime.engine import EagerEngine
-from runtime.threads import ThreadPolicy, busy_cores, choose
+from assistant.runtime import threads
+from assistant.runtime.engine import EagerEngine
+from assistant.runtime.threads import ThreadPolicy, busy_cores, choose
 
 from ..conftest import tiny_qwen3
 
@@ -82,7 +82,7 @@ def test_session_sets_the_count_in_the_thread_that_decodes(monkeypatch, tiny_tar
     """The chat answers in a worker thread: the count must be the policy's there, inside the decode loop,
     and an explicit count wins."""
     from assistant.session import Session, SessionConfig
-    from runtime.width import WidthController
+    from assistant.runtime.width import WidthController
 
     seen = []
 

@@ -1,7 +1,7 @@
 """build_tree / accept / masks on pure tensors."""
 import torch
 
-from runtime.tree import accept, build_tree
+from assistant.runtime.tree import accept, build_tree
 
 
 def test_merges_shared_prefixes_and_sets_depths():

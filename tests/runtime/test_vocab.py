@@ -1,7 +1,7 @@
 """Draft vocabulary: stable ids, reuse, statistics, safetensors round trip, longest-match expansion."""
 import pytest
 
-from runtime.vocab import DraftVocab, TokenTable
+from assistant.runtime.vocab import DraftVocab, TokenTable
 
 
 def test_add_remove_reuses_freed_ids():

@@ -1,7 +1,7 @@
-"""runtime.width: the online width follows what the drafter banks, and never changes the output."""
-from runtime.decode import DecodeConfig, run_to_end, speculative_generate
-from runtime.drafters import AdversarialDrafter, OracleDrafter
-from runtime.width import WidthController
+"""assistant.runtime.width: the online width follows what the drafter banks, and never changes the output."""
+from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
+from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter
+from assistant.runtime.width import WidthController
 
 from .test_decode_tiny import hf_greedy, prompts
 

@@ -6,11 +6,11 @@ import threading
 
 from tests.tui.tui_fakes import ContextFullError, FakeSession, FakeStep, ModelFetchError, make_app, send, settle, sync
 
-from tui.history import MemoryHistory
-from tui.protocol import AdapterHooks
-from tui.widgets.message import MessageView
-from tui.widgets.notice import ErrorBanner
-from tui.widgets.prompt import PromptInput
+from assistant.tui.history import MemoryHistory
+from assistant.tui.protocol import AdapterHooks
+from assistant.tui.widgets.message import MessageView
+from assistant.tui.widgets.notice import ErrorBanner
+from assistant.tui.widgets.prompt import PromptInput
 
 SIZE = (110, 34)
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.tui.tui_fakes import send, settle, sync
-from tui.app import ChatApp
-from tui.history import MemoryHistory
-from tui.widgets.message import MessageView
+from assistant.tui.app import ChatApp
+from assistant.tui.history import MemoryHistory
+from assistant.tui.widgets.message import MessageView
 
 
 def _real_app(max_new_tokens: int = 16) -> ChatApp:
     from assistant.session import Session, SessionConfig
-    from runtime.fetch import ensure_default_model
+    from assistant.runtime.fetch import ensure_default_model
 
     ensure_default_model()
     session = Session(SessionConfig(target="default", dtype="fp32", max_new_tokens=max_new_tokens))

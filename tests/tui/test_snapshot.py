@@ -9,12 +9,12 @@ import time
 import pytest
 
 from tests.tui.tui_fakes import FakeSession, make_app, send, settle
-from tui.history import MemoryHistory
-from tui.protocol import AdapterHooks
+from assistant.tui.history import MemoryHistory
+from assistant.tui.protocol import AdapterHooks
 
 
 def _status(**changes):
-    """An adapter status as adapt.status.status returns it (times relative to now: '10 min ago')."""
+    """An adapter status as assistant.adapt.status.status returns it (times relative to now: '10 min ago')."""
     base = {"version": "v000003", "rows": 3817, "row_budget": 8000, "pending": 12, "enabled": True,
             "schedule": {"min_new_answers": 20, "interval_s": 300}, "worker": "waiting", "problems": [],
             "last_cycle": {"status": "published", "time": time.time() - 600,

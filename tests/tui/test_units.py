@@ -9,13 +9,13 @@ import pytest
 from rich.text import Text
 
 from tests.tui.tui_fakes import PARIS, ContextFullError, FakeStep, ModelFetchError
-from tui.errors import explain
-from tui.export import last_code_block, safe_filename, title_from_prompt, to_markdown
-from tui.history import MemoryHistory
-from tui.keymap import APP_BINDINGS, describe
-from tui.stats import TurnStats, format_bytes, parse_bytes, rss_bytes
-from tui.widgets.adapter import NOT_AVAILABLE, adapter_text
-from tui.widgets.status import status_text
+from assistant.tui.errors import explain
+from assistant.tui.export import last_code_block, safe_filename, title_from_prompt, to_markdown
+from assistant.tui.history import MemoryHistory
+from assistant.tui.keymap import APP_BINDINGS, describe
+from assistant.tui.stats import TurnStats, format_bytes, parse_bytes, rss_bytes
+from assistant.tui.widgets.adapter import NOT_AVAILABLE, adapter_text
+from assistant.tui.widgets.status import status_text
 
 
 def test_turn_stats_rates_and_banked_spans() -> None:
@@ -151,7 +151,7 @@ def test_keymap_is_complete() -> None:
 
 
 def test_importing_the_ui_does_not_import_torch() -> None:
-    code = "import sys, tui.app, assistant.commands.chat; assert 'torch' not in sys.modules"
+    code = "import sys, assistant.tui.app, assistant.commands.chat; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -167,7 +167,7 @@ def test_adapter_panel_leads_with_what_the_worker_does(tmp_path, monkeypatch) ->
     from types import SimpleNamespace
 
     from assistant.commands.chat import _adapter_source
-    from profiles import Profile
+    from assistant.profiles import Profile
 
     monkeypatch.setenv("ASSISTANT_HOME", str(tmp_path))
     prof = Profile.open("panel")

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from tui.app import ChatApp
-from tui.history import MemoryHistory
+from assistant.tui.app import ChatApp
+from assistant.tui.history import MemoryHistory
 
 
 @dataclass
@@ -26,7 +26,7 @@ PARIS = [FakeStep("Paris", [1]), FakeStep(" is the", [2, 3], drafted=1), FakeSte
 
 
 class ModelFetchError(RuntimeError):
-    """Same name as runtime.fetch.ModelFetchError: tui recognises errors by class name."""
+    """Same name as assistant.runtime.fetch.ModelFetchError: tui recognises errors by class name."""
 
 
 class ContextFullError(RuntimeError):

@@ -1,0 +1,59 @@
+"""Offline tokens-per-pass of a drafter on reference greedy answers (no tree forwards).
+
+Contract: `simulate_decode(drafter, answers, features, max_nodes)` replays the
+decode loop on each reference answer: the prefill yields a_0; then, per pass,
+the drafter proposes continuations of the pending token a_i from the features of
+the position that predicted a_i (taken from ONE prefill of prompt+answer, see
+assistant.adapt.features), the candidates are merged by assistant.runtime.tree.build_tree, and the
+accepted run is the longest tree path equal to the reference, plus the bonus.
+Because the decode loop keeps exactly the target's greedy tokens, this equals the
+real loop's tokens per pass up to floating-point differences between a prefill
+and a tree forward. Returns {"tokens_per_pass", "passes", "tokens", "hist"}.
+`pause()`, when given, is called before every pass (a background adapter yields there).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Sequence
+
+import torch
+
+from assistant.adapt.distill import Answer
+from assistant.adapt.features import Features
+from assistant.runtime.decode import DraftContext
+from assistant.runtime.tree import build_tree
+
+
+def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_nodes: int = 16,
+                    hidden: int | None = None, pause: Callable[[], None] | None = None) -> dict:
+    layers = tuple(getattr(drafter, "feature_layers", (-1,)))
+    hidden = hidden or features.feats.shape[1] // len(features.layers)
+    x = features.select_layers(layers, hidden)
+    where = {(s, p): k for k, (s, p) in enumerate(zip(features.seq.tolist(), features.pos.tolist()))}
+    passes = tokens = 0
+    hist: Counter = Counter()
+    for ai, a in enumerate(answers):
+        ref = a.answer_ids
+        n = len(ref)
+        if n == 0:
+            continue
+        passes += 1          # prefill -> a_0
+        tokens += n
+        i = 0
+        while i < n - 1:
+            if pause is not None:
+                pause()
+            f = x[where[(ai, i)]].reshape(len(layers), hidden)
+            ctx = DraftContext(ids=a.prompt_ids + ref[: i + 1], root=ref[i], features=f, max_nodes=max_nodes)
+            tree = build_tree(ref[i], drafter.propose(ctx), max_nodes)
+            node, j = 0, i
+            while j + 1 < n:
+                child = tree.children[node].get(ref[j + 1])
+                if child is None:
+                    break
+                node, j = child, j + 1
+            hist[j - i] += 1
+            i = j + 1        # bonus token a_{j+1} is the new pending token
+            passes += 1
+    return {"tokens_per_pass": tokens / max(passes, 1), "passes": passes, "tokens": tokens,
+            "hist": dict(sorted(hist.items()))}

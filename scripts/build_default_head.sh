@@ -5,7 +5,8 @@
 # interruption and it continues (work files in the user cache dir, <cache>/train/SmolLM2-135M-Instruct/).
 # Environment overrides: DATA (folder of the shared data sets), QUESTIONS (GSM8K-train questions
 # distilled), ARENA (arena_hard_prompts lines 0..ARENA-1 distilled too, for open chat; 0: maths
-# only; keep it <= 400: lines 400-499 are the simulated user's future in BENCHMARKS' issue-5 runs),
+# only; keep it <= 400: lines 400-499 are the simulated arena user's future prompts in BENCHMARKS.md's
+# online-adaptation runs),
 # ROWS (draft-vocabulary rows), HELD_OUT (answers after the training ones used to pick the tree
 # shape, default 40; 0 skips that step). Extra arguments go to `assistant train` and win over the
 # shipped flags (scripts/head_sweep.sh trains its other sizes this way).

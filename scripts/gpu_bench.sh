@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 3's GPU checks, run ON the device machine (no package index there; docs/gpu.md: how the payload
-# built by scripts/gpu_payload.sh gets there, three calls, the 2nd and 3rd within the machine's warm time):
+# The GPU checks (the SmolLM2 bench on the GPU; t(w)/t(1) of a Qwen3-4B-shaped verify), run ON the device
+# machine (no package index there; docs/gpu.md: how the payload built by scripts/gpu_payload.sh gets there,
+# three calls, the 2nd and 3rd within the machine's warm time):
 #   scripts/gpu_bench.sh table     GPU tests, then t(w)/t(1) of a random Qwen3-4B-shaped model, bf16 and
 #                                  bitsandbytes int8, eager and compiled engines (carry .device/table)
 #   scripts/gpu_bench.sh stash     keep the first part of the SmolLM2 GGUF in /tmp (carry .device/gguf1)

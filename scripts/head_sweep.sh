@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Head-size sweep (issue 3, BENCHMARKS.md "Head-size sweep"): phrase heads trained on the SAME
+# Head-size sweep (docs/log/2026-12-01-sessions-1-7.md, "Head-size sweep"): phrase heads trained on the SAME
 # distilled answers (gsm8k_train 0..QUESTIONS) at several sizes, each measured by replaying the decode
 # loop offline (scripts/tune_drafter.py: phrase head + prompt lookup, 16-node trees, one tree shape
 # for all) on the HELD_OUT answers that follow; prints rows, parameters, share of the target and

@@ -1,4 +1,4 @@
-"""Tokens per pass of phrase heads on held-out distilled answers, and their best tree shape (issue 3).
+"""Tokens per pass of phrase heads on held-out distilled answers, and their best tree shape.
 
 Replays the decode loop offline (assistant.adapt.evaluate.simulate_decode: phrase head + prompt lookup in one
 tree of --nodes nodes, exactly what the runtime builds) on distilled answers the head was NOT trained

@@ -1,4 +1,4 @@
-"""t(w)/t(1) of one tree-verify forward on a randomly initialised Qwen3-4B-shaped model (issue 3, GPU).
+"""t(w)/t(1) of one tree-verify forward on a randomly initialised Qwen3-4B-shaped model (a GPU check).
 
 Builds Qwen3ForCausalLM from the public Qwen3-4B shapes with random weights (the weights cannot be
 fetched here and do not change the cost), saves it once, loads it back through assistant.runtime.target's

@@ -39,7 +39,8 @@ def held_back_records(base_path: Path, meta: dict[str, Any], target_name: str) -
         if records:
             return records, None
     return [], (f"no held-back prompts of the base head's training data ({', '.join(sorted(ranges))}): "
-                f"no {SLICES_SUFFIX} file beside it or beside the shipped head for {target_name} holds any")
+                f"no {SLICES_SUFFIX} file beside it or beside the shipped head for {target_name} holds prompts of "
+                f"these data sets that it was not trained on")
 
 
 def _from_records(records: list[dict]) -> tuple[Prompts, dict[str, Any]]:

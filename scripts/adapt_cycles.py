@@ -24,15 +24,17 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
          eval_every: int = 4) -> None:
     home = tempfile.mkdtemp(prefix="adapt-cycles-")
     os.environ["ASSISTANT_HOME"] = home
-    import assistant.adapt.cycle as C
-    from assistant.adapt.distill import Answer
+    from assistant.adapt.cycle import CycleConfig, run_cycle
+    from assistant.adapt.distill import Answer, encode_answer
     from assistant.adapt.features import collect_features
+    from assistant.adapt.judge import tokens_per_pass
+    from assistant.adapt.state import copy_reset, read_state
     from assistant.profiles import Profile
-    from assistant.runtime.defaults import shipped_head
+    from assistant.runtime.defaults import build_drafter, shipped_head
     from assistant.runtime.head import load_artifact
     from assistant.runtime.target import load_target
 
-    C.copy_reset(src, os.path.join(home, "profiles", "cycles"))
+    copy_reset(src, os.path.join(home, "profiles", "cycles"))
     prof = Profile.open("cycles", create=False)
     prof.update_config(row_budget=budget)
     answers = prof.history.accepted_answers(0)
@@ -42,18 +44,17 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
     if used >= len(answers):
         raise SystemExit(f"{len(answers)} answers: not enough for {cycles} x {per_cycle} and a held-out rest")
     target = load_target(prof.config.target, "fp32", progress=lambda *a: None)
-    held = [Answer(str(m), target.encode_chat(ctx), C._encode_answer(target.tokenizer, text)[:512])
+    held = [Answer(str(m), target.encode_chat(ctx), encode_answer(target.tokenizer, text)[:512])
             for m, ctx, text in answers[used:]]
-    shipped = load_artifact(shipped_head(target.name))
+    shipped_path = shipped_head(target.name)
+    shipped = load_artifact(shipped_path)
     layers = tuple(shipped.head.config.feature_layers)
     feats = collect_features(target, held, layers, batch_size=1, progress=lambda *a: None, chunk=128)
-    emb = target.model.get_input_embeddings()
 
-    def tpp(art) -> float:
-        d = C._drafter(art, emb)
-        return C._tpp(d, held, feats, width, lambda: None)
+    def tpp(path) -> float:
+        return tokens_per_pass(build_drafter(target, path)[0], held, feats, width, lambda: None)
 
-    base = tpp(shipped)
+    base = tpp(shipped_path)
     print(json.dumps({"held_out_answers": len(held), "shipped_rows": len(shipped.vocab), "budget": budget,
                       "width": width, "shipped_tokens_per_pass": base}), flush=True)
     clock = [time.time()]
@@ -63,8 +64,9 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
             prof.history.mark_accepted(msg_id)
         clock[0] += 24 * 3600.0
         t0 = time.time()
-        r = C.run_cycle(prof, target, C.CycleConfig(max_nodes=width), clock=lambda: clock[0])
-        art = load_artifact(prof.heads.current()) if prof.heads.current() else shipped
+        r = run_cycle(prof, target, CycleConfig(max_nodes=width), clock=lambda: clock[0])
+        current = prof.heads.current() or shipped_path
+        art = load_artifact(current)
         assert len(art.vocab) <= budget and art.vocab.capacity <= budget and art.head.rows <= budget, \
             f"cycle {c}: {len(art.vocab)} rows, capacity {art.vocab.capacity} over the budget {budget}"
         rows_max = max(rows_max, art.vocab.capacity)
@@ -73,10 +75,10 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
                 "loss": [r["finetune"].get("loss_first"), r["finetune"].get("loss_last")],
                 "seconds": round(time.time() - t0)}
         if c % eval_every == 0 or c == cycles:
-            line["held_out_tokens_per_pass"] = tpp(art)
+            line["held_out_tokens_per_pass"] = tpp(current)
             curve.append((c, line["held_out_tokens_per_pass"]))
         print(json.dumps(line), flush=True)
-    st = C.read_state(prof.path)
+    st = read_state(prof.path)
     print(json.dumps({"summary": True, "cycles": st.get("cycles"), "published": st.get("published"),
                       "rejected": st.get("rejected"), "grown": st.get("grown"), "evicted": st.get("evicted"),
                       "max_capacity": rows_max, "budget": budget, "held_out_curve": curve}), flush=True)

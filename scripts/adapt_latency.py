@@ -31,7 +31,7 @@ def main(src: str, prompts_path: str, n: int = 6, tokens: int = 48, think: float
          max_answers: int = 200) -> None:
     home = tempfile.mkdtemp(prefix="adapt-latency-")
     os.environ["ASSISTANT_HOME"] = home
-    from assistant.adapt.cycle import copy_reset, write_state
+    from assistant.adapt.state import copy_reset, write_state
     from assistant.adapt.worker import AdapterWorker, pending_answers
     from assistant.session import Session
     from assistant.profiles import Profile

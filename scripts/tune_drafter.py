@@ -36,7 +36,9 @@ def main() -> None:
 
     import torch
 
-    from assistant.adapt.distill import load_answers, load_generation_features
+    from assistant.adapt.datasets import trained_ranges
+    from assistant.adapt.distill import load_answers
+    from assistant.adapt.features import load_generation_features
     from assistant.adapt.evaluate import simulate_decode
     from assistant.adapt.train import write_artifact
     from assistant.runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
@@ -55,7 +57,8 @@ def main() -> None:
     target, table = None, []
     for path in args.heads:
         art = load_artifact(path)
-        trained = {f"{Path(f).stem}:{i}" for f, a, b in art.meta.get("training_data", []) for i in range(a, b)}
+        trained = {f"{Path(f).stem}:{i}" for f, (_, spans) in trained_ranges(art.meta).items() for a, b in spans
+                   for i in range(a, b)}
         if wanted & trained:
             sys.exit(f"tune_drafter: {len(wanted & trained)} of the keys were training data for {path}")
         target = target or load_target(art.meta.get("target", "default"), "fp32")

@@ -8,7 +8,8 @@ padding, greedy, the target's dtype, finished answers leave the batch), so the f
 in prompt order. It is
 resumable: prompts whose key is already in the file are skipped, and a partial
 last line (a killed run) is ignored and rewritten. `load_answers(path)` reads
-the file back. Progress goes through `progress(stage, done, total)`.
+the file back. Progress goes through `progress(stage, done, total)`. The hidden states kept
+from the generation are read back as features by assistant.adapt.features.load_generation_features.
 """
 from __future__ import annotations
 
@@ -77,6 +78,15 @@ def encode_prompt(tokenizer, prompt: str, system: str | None = None) -> list[int
     if isinstance(out, dict) or hasattr(out, "input_ids"):
         out = out["input_ids"]
     return list(out)
+
+
+def encode_answer(tokenizer, text: str) -> list[int]:
+    """An answer's token ids as the target continues a chat prompt (no special tokens added)."""
+    try:
+        out = tokenizer(text, add_special_tokens=False)
+    except TypeError:
+        out = tokenizer(text)
+    return list(out["input_ids"])
 
 
 def distill(target, prompts: Sequence[tuple[str, str]], out_path: str | Path, config: DistillConfig = DistillConfig(),
@@ -177,44 +187,6 @@ def batch_greedy(model, enc: Sequence[Sequence[int]], pad: int, eos: set[int], m
 
 def _shard_name(out_path: Path, batch_no: int, resumed_from: int) -> str:
     return f"{out_path.stem}-feat-{resumed_from}-{batch_no}.safetensors"
-
-
-def load_generation_features(out_path: str | Path, answers: Sequence[Answer] | None = None):
-    """Features from generation-time hidden states (see assistant.adapt.features.Features), or None if absent."""
-    import torch
-    from safetensors import safe_open
-
-    from assistant.adapt.features import Features
-
-    out_path = Path(out_path)
-    recs = []
-    with open(out_path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                recs.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    keep = {a.key: i for i, a in enumerate(answers)} if answers is not None else {r["key"]: i for i, r in enumerate(recs)}
-    feats, roots, seq, pos, layers = [], [], [], [], None
-    handles: dict = {}
-    for r in recs:
-        if r["key"] not in keep or len(r["answer_ids"]) < 2:
-            continue
-        if "shard" not in r:
-            return None
-        if r["shard"] not in handles:
-            handles[r["shard"]] = safe_open(str(out_path.parent / r["shard"]), framework="pt")
-        h = handles[r["shard"]]
-        layers = tuple(int(x) for x in h.metadata()["layers"].split(","))
-        x = h.get_tensor(r["row"])
-        n = len(r["answer_ids"])
-        feats.append(x[: n - 1])
-        roots.append(torch.tensor(r["answer_ids"][: n - 1]))
-        seq.append(torch.full((n - 1,), keep[r["key"]]))
-        pos.append(torch.arange(n - 1))
-    if not feats:
-        return None
-    return Features(torch.cat(feats), torch.cat(roots), torch.cat(seq), torch.cat(pos), layers)
 
 
 def training_prompts(sources: Iterable[tuple[str, int, int]]) -> list[tuple[str, str]]:

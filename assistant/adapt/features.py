@@ -9,18 +9,25 @@ that PREDICTED a_t, i.e. the last prompt token for t = 0; `roots[k]` = a_t;
 `seq[k]`, `pos[k]` = which answer and which t. Only positions that have at least
 one token after the root are kept. With `chunk`, each batch is prefilled `chunk`
 tokens at a time on a KV cache, calling `pause()` between pieces (a background
-adapter yields there). `save`/`load` use safetensors.
+adapter yields there). `save`/`load` use safetensors; `subset(keep_seq)` keeps some answers.
+`paced_features(target, answers, layers, config, pause, on_stage)` is the adapter's way of
+taking them (small pieces, pause() between, progress "features k/n"), and
+`load_generation_features(answers_file, answers)` reads the hidden states that
+assistant.adapt.distill kept from the generation itself.
 """
 from __future__ import annotations
 
-import sys
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from assistant.adapt.distill import Answer, print_progress
+
+if TYPE_CHECKING:
+    from assistant.adapt.config import CycleConfig
 
 
 @dataclass
@@ -35,6 +42,13 @@ class Features:
         """The columns of a subset of the stored layers, in the requested order."""
         idx = [self.layers.index(l) for l in layers]
         return torch.cat([self.feats[:, i * hidden:(i + 1) * hidden] for i in idx], dim=1)
+
+    def subset(self, keep_seq: Sequence[int]) -> "Features":
+        """The positions of answers `keep_seq` only, renumbered 0.. in that order."""
+        remap = {s: i for i, s in enumerate(keep_seq)}
+        mask = torch.tensor([s in remap for s in self.seq.tolist()], dtype=torch.bool)
+        seq = torch.tensor([remap[s] for s in self.seq[mask].tolist()], dtype=torch.long)
+        return Features(self.feats[mask], self.roots[mask], seq, self.pos[mask], self.layers)
 
     def save(self, path: str | Path, meta: dict[str, str] | None = None) -> None:
         """Write atomically (assistant.profiles.atomic: temp file, fsync, rename; private to the user)."""
@@ -112,3 +126,60 @@ def collect_features(target, answers: Sequence[Answer], layers: Sequence[int] = 
         z = torch.zeros(0, dtype=torch.long)
         return Features(torch.zeros(0, h, dtype=model.dtype), z, z, z, layers)
     return Features(torch.cat(out_f), torch.cat(out_r), torch.cat(out_s), torch.cat(out_p), layers)
+
+
+def paced_features(target, answers: Sequence[Answer], layers: Sequence[int], config: "CycleConfig",
+                   pause: Callable[[], None], on_stage: Callable[[str], None] | None = None) -> Features:
+    """collect_features in small chunks (`config.feature_batch` answers, `config.feature_chunk` tokens)
+    with pause() between them; `on_stage("features k/n")` about every tenth of the way (the longest
+    stage of a cycle: minutes for a few hundred answers on 2 cores)."""
+    quiet = lambda *a: None  # noqa: E731
+    parts = []
+    step = max(1, config.feature_batch)
+    for b in range(0, len(answers), step):
+        pause()
+        f = collect_features(target, answers[b:b + step], layers, batch_size=step, progress=quiet,
+                             chunk=config.feature_chunk, pause=pause)
+        parts.append(Features(f.feats, f.roots, f.seq + b, f.pos, f.layers))
+        done = min(b + step, len(answers))
+        if on_stage is not None and (done * 10 // len(answers) > b * 10 // len(answers) or done == len(answers)):
+            on_stage(f"features {done}/{len(answers)}")
+    if not parts:
+        return collect_features(target, [], layers, progress=quiet)
+    return Features(torch.cat([p.feats for p in parts]), torch.cat([p.roots for p in parts]),
+                    torch.cat([p.seq for p in parts]), torch.cat([p.pos for p in parts]), tuple(layers))
+
+
+def load_generation_features(out_path: str | Path, answers: Sequence[Answer] | None = None):
+    """Features from generation-time hidden states (assistant.adapt.distill shards), or None if absent."""
+    from safetensors import safe_open
+
+    out_path = Path(out_path)
+    recs = []
+    with open(out_path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                recs.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    keep = {a.key: i for i, a in enumerate(answers)} if answers is not None else {r["key"]: i for i, r in enumerate(recs)}
+    feats, roots, seq, pos, layers = [], [], [], [], None
+    handles: dict = {}
+    for r in recs:
+        if r["key"] not in keep or len(r["answer_ids"]) < 2:
+            continue
+        if "shard" not in r:
+            return None
+        if r["shard"] not in handles:
+            handles[r["shard"]] = safe_open(str(out_path.parent / r["shard"]), framework="pt")
+        h = handles[r["shard"]]
+        layers = tuple(int(x) for x in h.metadata()["layers"].split(","))
+        x = h.get_tensor(r["row"])
+        n = len(r["answer_ids"])
+        feats.append(x[: n - 1])
+        roots.append(torch.tensor(r["answer_ids"][: n - 1]))
+        seq.append(torch.full((n - 1,), keep[r["key"]]))
+        pos.append(torch.arange(n - 1))
+    if not feats:
+        return None
+    return Features(torch.cat(feats), torch.cat(roots), torch.cat(seq), torch.cat(pos), layers)

@@ -30,6 +30,11 @@ Contract:
 - `merge_chain(old, new, changed, width, old_p, new_p)` -> (chain, chain_p) combines an
   existing phrase-chain table with one mined from new answers, dropping links to rows that
   changed, and keeps each link's probability (the runtime drafts best-first by them).
+- `grow_cycle(art, replay, new_seqs, tokenizer, emb, budget, now, config, cycle, pause)` -> Growth:
+  the adapter cycle's grow stage on a COPY of the artifact's head and vocabulary: usage observed on
+  the new answers, phrases mined over the replayed answers (assistant.adapt.mine), the plan applied
+  (new rows from `mean_trunk_init`), the chain table merged; the changes are returned, not logged,
+  so a killed cycle logs nothing. pause() runs between answers of every pure-Python pass.
 """
 from __future__ import annotations
 
@@ -38,9 +43,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
+
+from assistant.profiles.atomic import write_chunks
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ class ChangeLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, lines.encode("utf-8"))
+            write_chunks(fd, lines.encode("utf-8"))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -271,3 +278,86 @@ def merge_chain(old: torch.Tensor | None, new: torch.Tensor, changed: Iterable[i
 
 __all__ = ["ChangeLog", "GrowConfig", "Plan", "apply", "candidate_gains", "mean_trunk_init", "merge_chain",
            "observe_usage", "plan"]
+
+
+class Paced(Sequence):
+    """A list whose iteration calls pause() before every item, so the pure-Python passes over answers
+    (mining, usage, the chain table) yield to the chat between answers instead of between stages."""
+
+    def __init__(self, items: Sequence, pause: Callable[[], None]):
+        self.items, self.pause = items, pause
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __iter__(self):
+        for x in self.items:
+            self.pause()
+            yield x
+
+
+class _Collect:
+    """A ChangeLog stand-in that keeps the records for one write at the end of the cycle."""
+
+    def __init__(self, into: list[dict]):
+        self.into = into
+
+    def write(self, records) -> None:
+        self.into.extend(records)
+
+
+_TABLES: dict[int, tuple[Any, Any]] = {}
+
+
+def token_table(tokenizer):
+    """TokenTable.from_tokenizer, built once per tokenizer object (it walks the whole vocabulary)."""
+    from assistant.runtime.vocab import TokenTable
+
+    hit = _TABLES.get(id(tokenizer))
+    if hit is None or hit[0] is not tokenizer:
+        hit = (tokenizer, TokenTable.from_tokenizer(tokenizer))
+        _TABLES[id(tokenizer)] = hit
+    return hit[1]
+
+
+@dataclass
+class Growth:
+    head: Any
+    vocab: Any
+    mined: int
+    added: list[int]
+    evicted: list[int]
+    chain: torch.Tensor
+    chain_p: torch.Tensor
+    changes: list[dict]
+
+
+def grow_cycle(art, replay, new_seqs: Sequence[Sequence[int]], tokenizer, emb: torch.Tensor, budget: int, now: float,
+               config, cycle: int, pause: Callable[[], None]) -> Growth:
+    """`config`: an assistant.adapt.config.CycleConfig (max_new_rows, mine_max_words, chain_width, half_life_s)."""
+    import copy
+
+    from assistant.adapt.mine import MineConfig, chain_table, mine
+
+    table = token_table(tokenizer)
+    head, vocab = copy.deepcopy(art.head), copy.deepcopy(art.vocab)
+    observe_usage(vocab, Paced(new_seqs, pause), now)
+    window = Paced(replay.sequences(), pause)
+    pause()
+    mined = mine(window, table, config.max_new_rows, existing=vocab, config=MineConfig(max_words=config.mine_max_words))
+    gains = candidate_gains(window, vocab, mined)
+    the_plan = plan(vocab, [(c, gains[c]) for c in mined], budget, now, GrowConfig(half_life_s=config.half_life_s))
+    changes: list[dict] = []
+
+    def init_fn(rows):
+        return mean_trunk_init(head, replay.feats, replay.roots, emb, replay.targets(vocab), rows)
+
+    added, evicted = apply(head, vocab, the_plan, table, now, _Collect(changes), cycle, init_fn)
+    pause()
+    new_chain, new_chain_p = chain_table(window, vocab, config.chain_width, with_probs=True)
+    chain, chain_p = merge_chain(art.extra.get("chain"), new_chain, set(added) | set(evicted), config.chain_width,
+                                 old_p=art.extra.get("chain_p"), new_p=new_chain_p)
+    return Growth(head, vocab, len(mined), added, evicted, chain, chain_p, changes)

@@ -6,7 +6,10 @@ their outputs (in config.workdir, default assistant.runtime.fetch.cache_dir()/tr
   (b) vocab-<h>.safetensors  mined rows + chain table (assistant.adapt.mine), h = hash of its inputs
   (c) features: kept from the generation (answers-feat-*.safetensors) when it stored
       the layers the head reads, else features-<h>.safetensors by prefill (assistant.adapt.features)
-  (d)+(e) the trained head written with its vocabulary and chain table (assistant.adapt.train)
+  (d)+(e) the trained head written with its vocabulary and chain table (assistant.adapt.train); its
+      metadata names the training data by file name, sha256 and record range (never a path) and
+      <head stem>.slices.jsonl beside it holds the HELD_BACK prompts that follow the training range
+      (assistant.adapt.datasets): the online adapter's anchor and rehearsal prompts
 With `distill_only` it stops after (a) and returns the answers file: held-out answers for
 scripts/tune_drafter.py are distilled this way, never trained on.
 A stage whose output exists for the same inputs is skipped, so rerunning the same
@@ -19,6 +22,12 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from assistant.adapt.config import CycleConfig
+
+HELD_BACK = CycleConfig().anchor_prompts + CycleConfig().rehearsal_prompts   # the adapter's anchor, then rehearsal
+MACHINE_FIELDS = ("sources", "workdir", "out")     # paths of the machine that trained: not in the metadata
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -62,8 +71,9 @@ def workdir_for(config: TrainConfig, target_name: str) -> Path:
 def run_pipeline(config: TrainConfig, log=None) -> Path:
     import torch
 
-    from assistant.adapt.distill import DistillConfig, distill, load_answers, load_generation_features, training_prompts
-    from assistant.adapt.features import Features, collect_features
+    from assistant.adapt.datasets import describe, write_slices
+    from assistant.adapt.distill import DistillConfig, distill, load_answers, training_prompts
+    from assistant.adapt.features import Features, collect_features, load_generation_features
     from assistant.adapt.mine import MineConfig, chain_table, coverage, mine
     from assistant.adapt.train import HeadTrainConfig, StageLog, row_targets, train_head, write_artifact
     from assistant.runtime.layout import set_layout
@@ -152,10 +162,13 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
     # (e) artifact
     out = Path(config.out) if config.out else work / f"head-{_hash(asdict(config))}.safetensors"
     meta = {"target": target.name, "target_dtype": config.dtype, "hidden_size": hidden, "rows": len(vocab),
-            "training_data": [list(s) for s in config.sources], "answers": len(answers), "answer_tokens": n_tok,
-            "train_config": asdict(config), "report": report,
+            "training_data": describe(config.sources), "answers": len(answers), "answer_tokens": n_tok,
+            "train_config": {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS}, "report": report,
             "parameters": head.parameter_count(), "share_of_target": head.parameter_count() / target.num_parameters}
     write_artifact(out, head, vocab, chain, meta, config.store_dtype, chain_p)
+    slices = write_slices(out, config.sources, HELD_BACK)
+    log.say(f"held-back prompts: {slices}" if slices else "held-back prompts: none (the data has no prompts "
+            "beyond the training range): the online adapter will have no anchor check")
     log.say(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {head.parameter_count() / 1e6:.2f}M parameters, "
             f"{100 * head.parameter_count() / target.num_parameters:.3f}% of the target)")
     return out

@@ -9,13 +9,12 @@ process, with its progress: "finetune step 300/1200"), problems[, problem: the f
 exactly as the runtime resolves it (HeadStore.current: CURRENT if good, else the
 newest good version, else the shipped head), and every damaged file it met is one
 line of `problems`. It reads adapter/state.json, heads/ (CURRENT, meta.json, else the
-artifact's safetensors header) and history.sqlite read-only; it never imports torch.
+artifact's safetensors header) and history.sqlite (HistoryStore.count_accepted); it never imports torch.
 `run_once(profile, target=None)` runs assistant.adapt.cycle.run_cycle and returns its report.
 """
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -54,20 +53,17 @@ def _header_len(path: Path, name: str) -> int:
         return 0
 
 
-def _pending(history: Path, since: int) -> tuple[int | None, str | None]:
-    """(accepted answers after message `since`, None) or (None, why it cannot be read)."""
-    if not history.exists():
+def _pending(profile, since: int) -> tuple[int | None, str | None]:
+    """(accepted answers after message `since`, None) or (None, why they cannot be counted); a profile
+    without a history has none (and gets no history file from this)."""
+    from assistant.profiles.errors import ProfileError
+
+    if not profile.history_path.exists():
         return 0, None
     try:
-        db = sqlite3.connect(f"file:{history}?mode=ro", uri=True, timeout=2.0)
-        try:
-            (n,), = db.execute("SELECT COUNT(*) FROM messages WHERE accepted = 1 AND role = 'assistant' AND id > ?",
-                               (since,)).fetchall()
-        finally:
-            db.close()
-        return int(n), None
-    except sqlite3.Error as e:
-        return None, f"{history}: unreadable ({e})"
+        return profile.history.count_accepted(since), None
+    except ProfileError as e:
+        return None, str(e)
 
 
 def _shipped_head(target: str) -> Path | None:
@@ -80,7 +76,7 @@ def _shipped_head(target: str) -> Path | None:
 
 
 def status(profile) -> dict[str, Any]:
-    from assistant.adapt.cycle import HELD_OUT_FILE, AdapterError, adapter_dir, read_stage, read_state
+    from assistant.adapt.state import HELD_OUT_FILE, AdapterError, adapter_dir, read_stage, read_state
 
     out: dict[str, Any] = {"profile": profile.name, "adapter_dir": str(adapter_dir(profile.path))}
     try:
@@ -107,7 +103,7 @@ def status(profile) -> dict[str, Any]:
         shipped = _shipped_head(cfg.target)
         if shipped is not None:
             rows, capacity = _header_rows(shipped)
-    pending, why = _pending(profile.history_path, int(st.get("last_msg_id", 0) or 0))
+    pending, why = _pending(profile, int(st.get("last_msg_id", 0) or 0))
     if why:
         problems.append(why)
     if out.get("problem"):

@@ -38,8 +38,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from assistant.adapt.cycle import (BUSY_FILE, AdapterBusy, CycleCancelled, CycleConfig, adapter_dir, read_state,
-                         write_state)
+from assistant.adapt.config import CycleConfig
+from assistant.adapt.state import BUSY_FILE, AdapterBusy, CycleCancelled, adapter_dir, read_state, write_state
+from assistant.profiles.atomic import atomic_write_text
 
 log = logging.getLogger("assistant.adapt.worker")
 BUSY_FRESH_S = 600.0      # a marker older than this is from a process that died mid-answer
@@ -93,8 +94,7 @@ def generating(profile_path: str | Path | None = None, busy: threading.Event | N
         busy.set()
     if marker is not None:
         try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(str(os.getpid()))
+            atomic_write_text(marker, str(os.getpid()))
         except OSError:
             marker = None
     try:
@@ -112,9 +112,7 @@ def generating(profile_path: str | Path | None = None, busy: threading.Event | N
 def pending_answers(profile) -> int:
     """Accepted answers newer than the adapter's cursor."""
     since = int(read_state(profile.path).get("last_msg_id", 0) or 0)
-    rows = profile.history._read("SELECT COUNT(*) FROM messages WHERE accepted = 1 AND role = 'assistant' "
-                                 "AND id > ?", (since,))
-    return int(rows[0][0])
+    return profile.history.count_accepted(since)
 
 
 def is_due(config, pending: int, last_cycle_time: float | None, now: float) -> bool:

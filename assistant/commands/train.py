@@ -5,7 +5,10 @@ stages (distil, mine, features, train, write) are resumable in the work
 directory, so rerunning the same command continues an interrupted build.
 `--data FILE[:START:STOP]` is required and may repeat (0-based record range).
 Prints the artifact path (or JSON with --json); with --distill-only it stops
-after the answers and prints their file.
+after the answers and prints their file. The artifact's metadata names each data
+set by file name, sha256 and record range (no paths), and <artifact stem>.slices.jsonl
+beside it holds the prompts just past the training range, which the online adapter
+answers for its anchor check and rehearsal (assistant.adapt.datasets).
 torch is imported inside `run` only.
 """
 from __future__ import annotations

@@ -257,6 +257,12 @@ class HistoryStore:
                 self._db.execute("COMMIT")
         return out
 
+    def count_accepted(self, since_id: int = 0) -> int:
+        """How many accepted assistant messages have id > since_id (the answers an adapter has not read yet)."""
+        (n,), = self._read("SELECT COUNT(*) FROM messages WHERE accepted = 1 AND role = 'assistant' AND id > ?",
+                           (since_id,))
+        return int(n)
+
     def counts(self) -> dict[str, int]:
         (c,), = self._read("SELECT COUNT(*) FROM conversations")
         (m, a), = self._read("SELECT COUNT(*), COALESCE(SUM(accepted), 0) FROM messages")

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
 
-from assistant.adapt.cycle import CycleConfig, read_state, run_cycle
+from assistant.adapt.cycle import CycleConfig, run_cycle
+from assistant.adapt.datasets import describe, slices_path, write_slices
 from assistant.adapt.distill import DistillConfig, distill, load_answers
 from assistant.adapt.features import collect_features
 from assistant.adapt.grow import ChangeLog
 from assistant.adapt.mine import chain_table, mine
 from assistant.adapt.replay import ReplayBuffer
+from assistant.adapt.state import read_state
 from assistant.adapt.train import HeadTrainConfig, row_targets, train_head, write_artifact
 from assistant.profiles import Profile
 from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end
@@ -42,9 +45,12 @@ def user_text(i: int, k: int = 3) -> str:
 
 @pytest.fixture(scope="session")
 def base_artifact(tiny_llama, table, tmp_path_factory):
-    """A head trained on the tiny model's own greedy answers to 6 prompts (the 'shipped' head)."""
+    """A head trained on the tiny model's own greedy answers to 6 prompts, shipped the way the real one is:
+    tiny-llama.safetensors with tiny-llama.slices.jsonl (the 6 held-back prompts) beside it. The prompts
+    file is gone afterwards: a cycle must not need the training data on this machine."""
     d = tmp_path_factory.mktemp("base")
-    src = d / "prompts.jsonl"
+    src = d / "data" / "prompts.jsonl"
+    src.parent.mkdir()
     src.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     from assistant.adapt.distill import training_prompts
 
@@ -62,15 +68,20 @@ def base_artifact(tiny_llama, table, tmp_path_factory):
     head, _ = train_head(feats.feats, feats.roots, targets, emb, vocab, 32,
                          HeadTrainConfig(inner=64, width=32, epochs=20, lr=3e-3, batch_size=64, holdout=0.0),
                          log=QUIET_LOG)
-    return write_artifact(d / "base.safetensors", head, vocab, chain,
-                          {"target": "tiny-llama", "training_data": [[str(src), 0, 6]]}, store_dtype="fp32")
+    path = write_artifact(d / "tiny-llama.safetensors", head, vocab, chain,
+                          {"target": "tiny-llama", "training_data": describe([(str(src), 0, 6)])}, store_dtype="fp32")
+    write_slices(path, [(str(src), 0, 6)], 6)
+    src.unlink()
+    return path
 
 
 @pytest.fixture
 def adapt_profile(tmp_path, monkeypatch, tiny_llama_dir, base_artifact):
-    """A profile 'u' on the tiny model with the base head published as v000001."""
+    """A profile 'u' on the tiny model with the base head published as v000001; the base is also the
+    target's shipped head (its held-back prompts are found beside it, as for the real target)."""
     monkeypatch.setenv("ASSISTANT_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("ASSISTANT_PROFILE", raising=False)
+    monkeypatch.setattr("assistant.runtime.defaults.SHIPPED", base_artifact.parent)
     p = Profile.open("u")
     p.update_config(target=str(tiny_llama_dir), dtype="fp32", row_budget=60, tree_width=12)
     p.heads.publish(base_artifact, {"origin": "test base"})
@@ -112,7 +123,7 @@ def test_cycle_grows_finetunes_and_publishes(adapt_profile, tiny_llama):
     assert all(tpp[k] is not None for k in ("user_before", "user_after", "anchor_before", "anchor_after"))
     assert rep["eval_answers"] == 2 and rep["train_answers"] == 6 and not rep["eval_in_sample"]
     assert rep["anchor"]["available"] and rep["anchor"]["unseen_by_base_head"]
-    assert rep["anchor"]["sources"][0][1:] == [6, 9]          # just past the base head's training prompts
+    assert rep["anchor"]["sources"] == [["prompts.jsonl", 6, 9]]   # just past the base head's training prompts
     assert rep["rehearsal"]["sources"][0][1:] == [9, 12]      # then the rehearsed ones: the check stays held-out
     assert rep["finetune"]["rehearsal_positions"] > 0
     # state after the publish; replay holds only the training answers
@@ -145,7 +156,7 @@ def test_rejected_cycle_keeps_current_head(adapt_profile, tiny_llama):
 
 
 def test_held_out_answers_accumulate_across_cycles(adapt_profile, tiny_llama):
-    from assistant.adapt.cycle import HELD_OUT_FILE, load_held_out
+    from assistant.adapt.state import HELD_OUT_FILE, load_held_out
 
     p = adapt_profile
     cfg = CycleConfig(**{**FAST.__dict__, "held_out_keep": 3})
@@ -246,7 +257,7 @@ def test_cycle_loads_its_own_target_for_an_auto_dtype_profile(adapt_profile):
 def test_every_stage_reports_its_progress(adapt_profile, tiny_llama):
     """The first cycle spent half an hour as 'finetune' and 'check' with no progress: every stage that
     takes long now says k/n, and another process sees the running stage in adapt --status."""
-    from assistant.adapt.cycle import STAGE_FILE, read_stage
+    from assistant.adapt.state import STAGE_FILE, read_stage
     from assistant.adapt.status import status
 
     p = adapt_profile
@@ -267,3 +278,33 @@ def test_every_stage_reports_its_progress(adapt_profile, tiny_llama):
     assert any(s.startswith("features ") and "/" in s for s in seen)
     assert running and running[0]["stage"].startswith("finetune") and running[0]["pid"] == os.getpid()
     assert not (p.path / "adapter" / STAGE_FILE).exists() and read_stage(p.path) is None
+
+
+def test_anchor_check_runs_without_the_training_data(adapt_profile, tiny_llama, base_artifact):
+    """The head names its data by file name and hash; the held-back prompts ship beside it, so the anchor
+    check and rehearsal run on a machine that has none of the training data."""
+    p = adapt_profile
+    meta = load_artifact(base_artifact).meta
+    assert [d["file"] for d in meta["training_data"]] == ["prompts.jsonl"] and len(meta["training_data"][0]["sha256"]) == 64
+    assert not (base_artifact.parent / "data" / "prompts.jsonl").exists()
+    add_answers(p, 0, 8)
+    rep = run_cycle(p, target=tiny_llama, config=FAST)
+    tpp = rep["tokens_per_pass"]
+    assert tpp["anchor_before"] is not None and tpp["anchor_after"] is not None
+    assert rep["anchor"]["available"] and rep["anchor"]["answers"] == 3 and rep["rehearsal"]["available"]
+    assert load_artifact(p.heads.current()).meta["adapted"]["base"] == "v000001"   # a version, not a path
+
+
+def test_without_held_back_prompts_the_cycle_says_why(adapt_profile, tiny_llama, base_artifact, tmp_path, monkeypatch):
+    p = adapt_profile
+    monkeypatch.setattr("assistant.runtime.defaults.SHIPPED", tmp_path / "nothing-shipped")
+    add_answers(p, 0, 8)
+    rep = run_cycle(p, target=tiny_llama, config=FAST)
+    assert rep["status"] == "published" and rep["tokens_per_pass"]["anchor_before"] is None
+    assert not rep["anchor"]["available"] and "slices.jsonl" in rep["anchor"]["reason"]
+    assert not rep["rehearsal"]["available"] and rep["rehearsal"]["reason"] == rep["anchor"]["reason"]
+    # a slices file beside the base head's own artifact serves as well
+    shutil.copyfile(slices_path(base_artifact), slices_path(p.heads.current()))
+    add_answers(p, 8, 4)
+    rep = run_cycle(p, target=tiny_llama, config=FAST)
+    assert rep["anchor"]["available"] and rep["tokens_per_pass"]["anchor_after"] is not None

@@ -109,7 +109,7 @@ def test_train_write_load_and_simulation_matches_decode(tiny_llama, table, tmp_p
 
 
 def test_generation_features_equal_prefill_features(tiny_llama, tmp_path):
-    from assistant.adapt.distill import load_generation_features
+    from assistant.adapt.features import load_generation_features
 
     out = tmp_path / "a.jsonl"
     distill(tiny_llama, PROMPTS[:3], out, DistillConfig(batch_size=3, max_new_tokens=6, feature_layers=(-1, 1)),

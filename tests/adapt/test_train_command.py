@@ -27,9 +27,13 @@ def test_train_help_does_not_import_torch():
 
 
 def test_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
+    from assistant.adapt.datasets import read_slices, slices_path
+    from assistant.profiles.heads import sha256_file
+
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"question": q}) + "\n" for q in
-                            ["What is 2 + 3?", "Name a colour.", "Count to five.", "Say hello."]))
+                            ["What is 2 + 3?", "Name a colour.", "Count to five.", "Say hello.", "Spell cat.",
+                             "Name a planet."]))
     cfg = TrainConfig(target=str(tiny_llama_dir), sources=((str(data), 0, 4),), max_new_tokens=12, gen_batch=2,
                       rows=30, layers=(-1,), feature_layers=(-1, 1), inner=32, width=16, epochs=2, batch_size=16,
                       workdir=str(tmp_path / "work"), out=str(tmp_path / "head.safetensors"))
@@ -38,8 +42,14 @@ def test_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     out = run_pipeline(cfg, log)
     art = load_artifact(out)
     assert art.meta["target"] == tiny_llama_dir.name and art.meta["rows"] == len(art.vocab) > 0
-    assert art.meta["training_data"] == [[str(data), 0, 4]] and "date" in art.meta
+    # the data named by file name, hash and range; no path of this machine anywhere in the metadata
+    assert art.meta["training_data"] == [{"file": "prompts.jsonl", "sha256": sha256_file(data), "start": 0, "stop": 4}]
+    assert str(tmp_path) not in json.dumps(art.meta) and "date" in art.meta
     assert "chain" in art.extra
+    # the prompts after the training range ship beside the head: the adapter's anchor and rehearsal
+    held = read_slices(slices_path(out))
+    assert [(r["file"], r["record"], r["prompt"]) for r in held] == [("prompts.jsonl", 4, "Spell cat."),
+                                                                     ("prompts.jsonl", 5, "Name a planet.")]
     assert any("kept from the generation" in m for m in logs)
     logs.clear()
     run_pipeline(cfg, log)                      # every stage resumes from the work directory

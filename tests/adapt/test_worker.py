@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from assistant.adapt.cycle import read_state, run_cycle
+from assistant.adapt.cycle import run_cycle
 from assistant.adapt.replay import ReplayBuffer
+from assistant.adapt.state import read_state
 from assistant.adapt.worker import AdapterWorker, generating, is_due, marker_busy
 from assistant.profiles import Profile
 from assistant.runtime.head import load_artifact

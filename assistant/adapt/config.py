@@ -1,0 +1,44 @@
+"""The online adapter's settings: one frozen `CycleConfig` read by every stage of a cycle.
+
+Contract: a plain frozen dataclass without imports beyond the standard library, so the cycle's
+modules (assistant.adapt.cycle, slices, judge, train, features) share it without importing each other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CycleConfig:
+    dtype: str | None = None          # target dtype for features (None: the profile's)
+    max_answer_tokens: int = 512
+    max_new_rows: int = 2000          # rows mined per cycle at most
+    mine_max_words: int = 3
+    chain_width: int = 4
+    replay_capacity: int = 20000      # positions
+    steps: int = 1200                 # fine-tune steps at most
+    epochs: float = 30.0              # 3 epochs (126 steps on 300 answers) left the loss at 4.5 nats and the
+                                      # new rows half-trained: they displaced good rows on the anchor (-5.5%);
+                                      # 600 -> 1200 steps: held-out user +22.1% -> +26.0% (BENCHMARKS.md)
+    batch_size: int = 256
+    lr: float = 1e-3                  # output rows
+    trunk_lr_scale: float = 0.1       # the shared trunk moves slower: it serves the original domain too
+    old_rows_scale: float = 1.0       # how far rows that existed before this cycle may move (0: frozen)
+    eval_every: int = 5               # every 5th new answer is held out for the tokens-per-pass check
+    held_out_keep: int = 60           # held-out answers kept across cycles (the newest): a cycle of 12
+                                      # answers holds out 2, too few to judge on (20-cycle run, BENCHMARKS.md)
+    anchor_prompts: int = 16
+    anchor_max_new_tokens: int = 128
+    anchor_sources: tuple[tuple[str, int, int], ...] | None = None   # None: the base head's held-back prompts
+    rehearsal_prompts: int = 32       # original-domain answers mixed into every fine-tune (0: none)
+    rehearsal_share: float = 0.3      # share of each fine-tune batch drawn from them
+    margin: float = 0.03              # allowed relative drop of anchor tokens/pass
+    max_nodes: int | None = None      # None: the runtime width on this device (auto, <= tree_width)
+    feature_batch: int = 1            # answers per prefill, and
+    feature_chunk: int | None = 64    # tokens per piece of it: pause() runs between pieces, so a chat answer
+                                      # that starts meanwhile shares the CPU with at most one piece (~0.1 s)
+    half_life_s: float = 7 * 24 * 3600.0
+    seed: int = 0
+
+
+__all__ = ["CycleConfig"]

@@ -8,30 +8,36 @@ assistant.adapt.features), the candidates are merged by assistant.runtime.tree.b
 accepted run is the longest tree path equal to the reference, plus the bonus.
 Because the decode loop keeps exactly the target's greedy tokens, this equals the
 real loop's tokens per pass up to floating-point differences between a prefill
-and a tree forward. Returns {"tokens_per_pass", "passes", "tokens", "hist"}.
+and a tree forward. With `width` (a fresh assistant.runtime.width.WidthController built from the
+runtime's verify costs) every pass is verified at the width the controller picks, as the runtime
+does, instead of a fixed `max_nodes`: the figure is then what the user sees live, not what a fixed
+wide tree would bank. Returns {"tokens_per_pass", "passes", "tokens", "hist", "mean_width"}.
 `pause()`, when given, is called before every pass (a background adapter yields there).
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from assistant.adapt.distill import Answer
 from assistant.adapt.features import Features
 from assistant.runtime.decode import DraftContext
 from assistant.runtime.tree import build_tree
 
+if TYPE_CHECKING:
+    from assistant.runtime.width import WidthController
+
 
 def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_nodes: int = 16,
-                    hidden: int | None = None, pause: Callable[[], None] | None = None) -> dict:
+                    hidden: int | None = None, pause: Callable[[], None] | None = None,
+                    width: "WidthController | None" = None) -> dict:
     layers = tuple(getattr(drafter, "feature_layers", (-1,)))
     hidden = hidden or features.feats.shape[1] // len(features.layers)
     x = features.select_layers(layers, hidden)
     where = {(s, p): k for k, (s, p) in enumerate(zip(features.seq.tolist(), features.pos.tolist()))}
     passes = tokens = 0
     hist: Counter = Counter()
+    widths = 0
     for ai, a in enumerate(answers):
         ref = a.answer_ids
         n = len(ref)
@@ -39,21 +45,29 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
             continue
         passes += 1          # prefill -> a_0
         tokens += n
+        if width is not None:
+            width.start_answer()
         i = 0
         while i < n - 1:
             if pause is not None:
                 pause()
             f = x[where[(ai, i)]].reshape(len(layers), hidden)
-            ctx = DraftContext(ids=a.prompt_ids + ref[: i + 1], root=ref[i], features=f, max_nodes=max_nodes)
-            tree = build_tree(ref[i], drafter.propose(ctx), max_nodes)
-            node, j = 0, i
+            w = min(width.next_width(), max_nodes) if width is not None else max_nodes
+            widths += w
+            ctx = DraftContext(ids=a.prompt_ids + ref[: i + 1], root=ref[i], features=f, max_nodes=w)
+            tree = build_tree(ref[i], drafter.propose(ctx), w)
+            node, j, path = 0, i, [0]
             while j + 1 < n:
                 child = tree.children[node].get(ref[j + 1])
                 if child is None:
                     break
                 node, j = child, j + 1
+                path.append(node)
+            if width is not None:
+                width.observe(path, w)
             hist[j - i] += 1
             i = j + 1        # bonus token a_{j+1} is the new pending token
             passes += 1
+    drafts = passes - sum(1 for a in answers if a.answer_ids)
     return {"tokens_per_pass": tokens / max(passes, 1), "passes": passes, "tokens": tokens,
-            "hist": dict(sorted(hist.items()))}
+            "hist": dict(sorted(hist.items())), "mean_width": round(widths / max(drafts, 1), 2)}

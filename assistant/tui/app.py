@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,14 +33,15 @@ from assistant.tui.errors import Problem, explain, format_traceback
 from assistant.tui.export import title_from_prompt
 from assistant.tui.history import MemoryHistory
 from assistant.tui.keymap import APP_BINDINGS
-from assistant.tui.protocol import AdapterStatusSource, ChatMessage, HistoryLike, SessionLike, StepLike
-from assistant.tui.stats import TurnStats, gpu_bytes, parse_bytes, rss_bytes
+from assistant.tui.protocol import AdapterStatusSource, ChatMessage, HistoryLike, SessionLike
+from assistant.tui.stats import gpu_bytes, parse_bytes, rss_bytes
 from assistant.tui.widgets.adapter import AdapterPanel
 from assistant.tui.widgets.conversations import ConversationList
 from assistant.tui.widgets.message import MessageView
 from assistant.tui.widgets.notice import ErrorBanner
 from assistant.tui.widgets.prompt import PromptInput
 from assistant.tui.widgets.status import StatusLine
+from assistant.types import AnswerStats, Conversation, StepLike
 
 FINISH_NOTES = {
     "length": "cut at max_new_tokens: ask it to continue, or raise max_new_tokens in profile.toml",
@@ -87,7 +88,7 @@ class ChatApp(ConversationActions, App[int]):
         self.load_failed = False
         self.loading: str | None = "starting"
         self.info_cache: dict[str, Any] = {}
-        self.last_stats: TurnStats | None = None
+        self.last_stats: AnswerStats | None = None
         self.banked = False
         self.queue: deque[Turn] = deque()
         self.active: Turn | None = None
@@ -202,7 +203,7 @@ class ChatApp(ConversationActions, App[int]):
         self.query_one(AdapterPanel).show(self.adapter_status, error, available=self.adapter is not None,
                                           busy=self.adapter_busy)
 
-    def _conversation(self, conv_id: int | None) -> Any:
+    def _conversation(self, conv_id: int | None) -> Conversation | None:
         if conv_id is None:
             return None
         return next((c for c in self.history.list_conversations() if c.id == conv_id), None)
@@ -359,9 +360,9 @@ class ChatApp(ConversationActions, App[int]):
         if turn.saved:
             return
         turn.saved = True
-        stats = turn.answer_view.stats.to_dict()
+        stats = turn.answer_view.stats
         if finish:
-            stats["finish"] = finish
+            stats = replace(stats, finish=finish)
         try:
             self.history.add_message(turn.conv_id, "user", turn.prompt)
             if turn.answer_view.text:

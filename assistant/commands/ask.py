@@ -7,8 +7,9 @@ FILE:LINE on stderr and skipped). The session is loaded once from the profile
 (target, dtype, head, memory budget). Each answer is streamed to stdout (or printed
 as one JSON object per answer with --json: id, prompt, answer, finish, new_tokens,
 forward_passes, tokens_per_pass, drafted_tokens, seconds, tokens_per_second,
-conversation_id, message_id, profile) and stored as a new conversation whose
-assistant message is marked accepted, with those statistics, in one transaction.
+conversation_id, message_id, profile; the names of `assistant bench`'s rows) and
+stored as a new conversation whose assistant message is marked accepted, with its
+statistics (assistant.types.AnswerStats, the shape the chat reads), in one transaction.
 Progress goes to stderr. Exit 0 when everything asked was answered, 1 when a prompt
 or a line could not be (the others are still answered and recorded).
 """
@@ -20,6 +21,7 @@ import sys
 from typing import Any
 
 from assistant.commands import positive_int
+from assistant.types import AnswerStats
 
 
 def register(subparsers: Any) -> None:
@@ -56,36 +58,35 @@ def _prompts(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]
     return [{"id": 1, "prompt": args.prompt}], []
 
 
-def answer_one(session: Any, prompt: str, max_new_tokens: int | None, echo: bool) -> tuple[str, dict[str, Any]]:
-    """Stream one answer; returns (text, statistics). Counts like assistant.runtime.decode.DecodeStats."""
+def answer_one(session: Any, prompt: str, max_new_tokens: int | None, echo: bool) -> tuple[str, AnswerStats]:
+    """Stream one answer; returns (text, statistics). A cancelled step ends the answer uncounted."""
     parts: list[str] = []
-    finish = None
-    passes = new_tokens = drafted = 0
-    seconds = 0.0
+    stats = AnswerStats()
     for step in session.answer([{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens):
         if step.finish == "cancelled":
-            finish = "cancelled"
+            stats.finish = "cancelled"
             break
-        passes += 1
-        new_tokens += len(step.tokens)
-        drafted += step.drafted
-        seconds += step.seconds
+        stats.add(step)
         parts.append(step.text)
-        finish = step.finish or finish
         if echo and step.text:
             sys.stdout.write(step.text)
             sys.stdout.flush()
     if echo:
         sys.stdout.write("\n")
         sys.stdout.flush()
-    out = {"new_tokens": new_tokens, "forward_passes": passes,
-           "tokens_per_pass": round(new_tokens / max(passes, 1), 4), "drafted_tokens": drafted,
-           "seconds": round(seconds, 4), "tokens_per_second": round(new_tokens / seconds, 3) if seconds > 0 else None,
-           "finish": finish}
-    return "".join(parts), out
+    return "".join(parts), stats
 
 
-def record(history: Any, prompt: str, answer: str, stats: dict[str, Any], system_prompt: str) -> tuple[int, int]:
+def report(stats: AnswerStats) -> dict[str, Any]:
+    """The statistics as --json prints them (counted like assistant.runtime.decode.DecodeStats)."""
+    return {"new_tokens": stats.tokens, "forward_passes": stats.passes,
+            "tokens_per_pass": round(stats.tokens / max(stats.passes, 1), 4), "drafted_tokens": stats.drafted,
+            "seconds": round(stats.seconds, 4),
+            "tokens_per_second": round(stats.tokens / stats.seconds, 3) if stats.seconds > 0 else None,
+            "finish": stats.finish, "target": stats.target, "dtype": stats.dtype, "head": stats.head}
+
+
+def record(history: Any, prompt: str, answer: str, stats: AnswerStats, system_prompt: str) -> tuple[int, int]:
     """Store prompt + accepted answer as a new conversation, atomically; returns (conversation, message) ids."""
     title = " ".join(prompt.split())[:60]
     with history.transaction():
@@ -127,16 +128,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"[ask] skipped {args.file}:{item.get('line', i)}: {e}", file=sys.stderr)
             failed += 1
             continue
-        stats.update(target=info.get("model", session.config.target), dtype=session.config.dtype,
-                     head=(session.head_info or {}).get("head"))
+        stats.target, stats.dtype = info.get("model", session.config.target), session.config.dtype
+        stats.head = (session.head_info or {}).get("head")
         conv, msg = record(history, item["prompt"], text, stats, session.config.system_prompt)
+        out = report(stats)
         if args.json:
-            print(json.dumps({"id": item["id"], "prompt": item["prompt"], "answer": text, **stats,
+            print(json.dumps({"id": item["id"], "prompt": item["prompt"], "answer": text, **out,
                               "conversation_id": conv, "message_id": msg, "profile": profile.name},
                              ensure_ascii=False), flush=True)
         else:
-            print(f"[ask] {stats['new_tokens']} tokens, {stats['forward_passes']} passes "
-                  f"({stats['tokens_per_pass']:.2f} tokens/pass), {stats['seconds']:.2f} s", file=sys.stderr)
+            print(f"[ask] {out['new_tokens']} tokens, {out['forward_passes']} passes "
+                  f"({out['tokens_per_pass']:.2f} tokens/pass), {out['seconds']:.2f} s", file=sys.stderr)
             if args.file:
                 print()
     profile.close()

@@ -2,13 +2,16 @@
 
 Contract: `HistoryStore(path)` opens (creating) the database in WAL mode with
 synchronous=FULL (a returned write survives a crash and a power loss) and brings
-the schema to the newest version with the numbered MIGRATIONS, each applied in
-its own transaction and recorded in PRAGMA user_version. Every public write is
-one transaction: a crash leaves it wholly in or wholly out. Several processes
-may read while one writes (WAL); writers wait up to `timeout` seconds for each
-other. A file that is not a SQLite database, or one written by a newer
-program, raises ProfileError with one line naming the file. Timestamps are Unix
-seconds. Safe to share between threads (one connection behind a lock).
+the schema to the newest version with the numbered MIGRATIONS (SQL, or a function
+of the connection for a step that rewrites data), each applied in its own
+transaction and recorded in PRAGMA user_version. Rows are the data model of
+assistant.types: `Conversation`, and `Message` whose `stats` (an `AnswerStats`)
+is stored as `AnswerStats.to_dict()` JSON and read back with `from_dict`. Every
+public write is one transaction: a crash leaves it wholly in or wholly out.
+Several processes may read while one writes (WAL); writers wait up to `timeout`
+seconds for each other. A file that is not a SQLite database, or one written by
+a newer program, raises ProfileError with one line naming the file. Timestamps
+are Unix seconds. Safe to share between threads (one connection behind a lock).
 """
 from __future__ import annotations
 
@@ -17,16 +20,43 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from assistant.profiles.atomic import private_file
 from assistant.profiles.errors import ProfileError
+from assistant.types import ROLES, AnswerStats, Conversation, Message
 
-ROLES = ("system", "user", "assistant")
+# `assistant ask` once stored its counts under the names of its --json output
+_OLD_ASK_NAMES = {"new_tokens": "tokens", "forward_passes": "passes", "drafted_tokens": "drafted"}
 
-MIGRATIONS: list[str] = [
+
+def _rename_ask_stats(db: sqlite3.Connection) -> None:
+    """Rewrite answer statistics stored in the old `ask` shape (new_tokens, forward_passes,
+    drafted_tokens, tokens_per_second) in the shape of AnswerStats.to_dict(), keeping other keys."""
+    rows = db.execute("SELECT id, stats FROM messages "
+                      "WHERE stats LIKE '%new_tokens%' OR stats LIKE '%forward_passes%'").fetchall()
+    for msg_id, text in rows:
+        try:
+            old = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(old, dict) or not any(k in old for k in _OLD_ASK_NAMES):
+            continue
+        new = {_OLD_ASK_NAMES.get(k, k): v for k, v in old.items() if k != "tokens_per_second"}
+        try:
+            tokens, passes = int(new.get("tokens") or 0), int(new.get("passes") or 0)
+            seconds = float(new.get("seconds") or 0.0)
+        except (TypeError, ValueError):
+            tokens = passes = 0
+            seconds = 0.0
+        new["tok_per_s"] = round(tokens / seconds, 2) if seconds > 0 else 0.0
+        new["tokens_per_pass"] = round(tokens / passes, 3) if passes else 0.0
+        new.setdefault("banked", [])
+        db.execute("UPDATE messages SET stats = ? WHERE id = ?", (json.dumps(new, sort_keys=True), msg_id))
+
+
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 1: conversations and messages
     """
     CREATE TABLE conversations (
@@ -52,28 +82,10 @@ MIGRATIONS: list[str] = [
     CREATE INDEX messages_accepted ON messages(accepted, id);
     CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL NOT NULL);
     """,
+    # 3: answer statistics written by `assistant ask` in the shape the chat reads
+    _rename_ask_stats,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    id: int
-    title: str
-    system_prompt: str
-    created: float
-    updated: float
-
-
-@dataclass(frozen=True)
-class Message:
-    id: int
-    conversation_id: int
-    role: str
-    content: str
-    accepted: bool
-    stats: dict[str, Any] | None
-    created: float
 
 
 class HistoryStore:
@@ -123,9 +135,13 @@ class HistoryStore:
                 # re-check inside the write lock: another process may have migrated meanwhile
                 if db.execute("PRAGMA user_version").fetchone()[0] >= version:
                     continue
-                for stmt in MIGRATIONS[version - 1].split(";"):
-                    if stmt.strip():
-                        db.execute(stmt)
+                step = MIGRATIONS[version - 1]
+                if callable(step):
+                    step(db)
+                else:
+                    for stmt in step.split(";"):
+                        if stmt.strip():
+                            db.execute(stmt)
                 db.execute(f"PRAGMA user_version = {version}")
 
     @property
@@ -207,7 +223,7 @@ class HistoryStore:
 
     # ---- messages ----------------------------------------------------------------------
     def add_message(self, conv_id: int, role: str, content: str, accepted: bool = False,
-                    stats: dict[str, Any] | None = None) -> int:
+                    stats: AnswerStats | None = None) -> int:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         now = time.time()
@@ -216,7 +232,7 @@ class HistoryStore:
             cur = self._write("INSERT INTO messages (conversation_id, role, content, accepted, stats, created) "
                               "VALUES (?, ?, ?, ?, ?, ?)",
                               (conv_id, role, content, int(bool(accepted)),
-                               None if stats is None else json.dumps(stats, sort_keys=True), now))
+                               None if stats is None else json.dumps(stats.to_dict(), sort_keys=True), now))
             return int(cur.lastrowid)
 
     def messages(self, conv_id: int) -> list[Message]:
@@ -226,8 +242,9 @@ class HistoryStore:
 
     @staticmethod
     def _message(r: tuple) -> Message:
+        stats = None if r[5] is None else AnswerStats.from_dict(json.loads(r[5]), r[3])
         return Message(id=r[0], conversation_id=r[1], role=r[2], content=r[3], accepted=bool(r[4]),
-                       stats=None if r[5] is None else json.loads(r[5]), created=r[6])
+                       stats=stats, created=r[6])
 
     def mark_accepted(self, msg_id: int, accepted: bool = True) -> None:
         with self.transaction():

@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistant.profiles import paths
 from assistant.profiles.atomic import clean_temp
 from assistant.profiles.config import ProfileConfig, load_config, save_config
 from assistant.profiles.errors import ProfileError
 from assistant.profiles.heads import HeadStore
 from assistant.profiles.history import HistoryStore
+from assistant.profiles.paths import (CONFIG_FILE, HEADS_DIR, HISTORY_FILE, NAME_RE, check_name, default_name,
+                                      profile_dir, profiles_root)
 
 
 def _make_private(path: Path) -> None:
@@ -43,9 +44,9 @@ class Profile:
 
     @classmethod
     def open(cls, name: str | None = None, create: bool = True, strict: bool = True) -> "Profile":
-        name = paths.check_name(name or paths.default_name())
-        path = paths.profile_dir(name)
-        cfg_path = path / paths.CONFIG_FILE
+        name = check_name(name or default_name())
+        path = profile_dir(name)
+        cfg_path = path / CONFIG_FILE
         if not path.is_dir():
             if not create:
                 raise ProfileError(f"{path}: no profile named {name!r} (create it with: assistant profile create {name})")
@@ -67,27 +68,27 @@ class Profile:
 
     @staticmethod
     def list() -> list[str]:
-        root = paths.profiles_root()
+        root = profiles_root()
         if not root.is_dir():
             return []
-        return sorted(p.name for p in root.iterdir() if p.is_dir() and paths.NAME_RE.match(p.name))
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and NAME_RE.match(p.name))
 
     @staticmethod
     def exists(name: str) -> bool:
-        return paths.profile_dir(name).is_dir()
+        return profile_dir(name).is_dir()
 
     @property
     def config_path(self) -> Path:
-        return self.path / paths.CONFIG_FILE
+        return self.path / CONFIG_FILE
 
     @property
     def history_path(self) -> Path:
-        return self.path / paths.HISTORY_FILE
+        return self.path / HISTORY_FILE
 
     @property
     def heads(self) -> HeadStore:
         if self._heads is None:
-            self._heads = HeadStore(self.path / paths.HEADS_DIR, keep=self.config.keep_versions)
+            self._heads = HeadStore(self.path / HEADS_DIR, keep=self.config.keep_versions)
         return self._heads
 
     @property

@@ -11,6 +11,9 @@ message (accepted, with its statistics and banked spans); on quit, unfinished
 turns are saved as they are. Errors (and `startup_errors` found before the UI
 started) are shown in the banner with what to do (assistant.tui.errors); tracebacks go to
 `log_path`, never to the screen. A send after a failed load retries the load.
+The app is layout, model loading and sending; answering (tui/answering.py), the
+adapter panel (tui/adapter_actions.py) and conversation management
+(tui/conversation_actions.py) are its mixins.
 """
 from __future__ import annotations
 
@@ -18,7 +21,6 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,42 +28,26 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, ProgressBar
-from textual.worker import get_current_worker
 
+from assistant.tui.adapter_actions import AdapterActions
+from assistant.tui.answering import Answering, Turn
 from assistant.tui.conversation_actions import ConversationActions
 from assistant.tui.errors import Problem, explain, format_traceback
 from assistant.tui.export import title_from_prompt
 from assistant.tui.history import MemoryHistory
 from assistant.tui.keymap import APP_BINDINGS
-from assistant.tui.protocol import AdapterStatusSource, ChatMessage, HistoryLike, SessionLike, StepLike
-from assistant.tui.stats import TurnStats, gpu_bytes, parse_bytes, rss_bytes
+from assistant.tui.protocol import AdapterStatusSource, HistoryLike, SessionLike
+from assistant.tui.stats import gpu_bytes, parse_bytes, rss_bytes
 from assistant.tui.widgets.adapter import AdapterPanel
 from assistant.tui.widgets.conversations import ConversationList
 from assistant.tui.widgets.message import MessageView
 from assistant.tui.widgets.notice import ErrorBanner
 from assistant.tui.widgets.prompt import PromptInput
 from assistant.tui.widgets.status import StatusLine
-
-FINISH_NOTES = {
-    "length": "cut at max_new_tokens: ask it to continue, or raise max_new_tokens in profile.toml",
-    "cancelled": "stopped",
-}
+from assistant.types import AnswerStats, Conversation
 
 
-@dataclass
-class Turn:
-    """One prompt and its answer, from submit to saved."""
-
-    prompt: str
-    conv_id: int
-    user_view: MessageView
-    answer_view: MessageView
-    state: str = "queued"                 # queued | running | done | stopped | failed
-    saved: bool = False
-    cancel: threading.Event = field(default_factory=threading.Event)
-
-
-class ChatApp(ConversationActions, App[int]):
+class ChatApp(Answering, AdapterActions, ConversationActions, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "assistant"
     BINDINGS = APP_BINDINGS
@@ -87,7 +73,7 @@ class ChatApp(ConversationActions, App[int]):
         self.load_failed = False
         self.loading: str | None = "starting"
         self.info_cache: dict[str, Any] = {}
-        self.last_stats: TurnStats | None = None
+        self.last_stats: AnswerStats | None = None
         self.banked = False
         self.queue: deque[Turn] = deque()
         self.active: Turn | None = None
@@ -198,11 +184,7 @@ class ChatApp(ConversationActions, App[int]):
             convs = []
         self.query_one(ConversationList).show(convs, self.conv_id)
 
-    def _refresh_adapter(self, error: str | None = None) -> None:
-        self.query_one(AdapterPanel).show(self.adapter_status, error, available=self.adapter is not None,
-                                          busy=self.adapter_busy)
-
-    def _conversation(self, conv_id: int | None) -> Any:
+    def _conversation(self, conv_id: int | None) -> Conversation | None:
         if conv_id is None:
             return None
         return next((c for c in self.history.list_conversations() if c.id == conv_id), None)
@@ -249,7 +231,7 @@ class ChatApp(ConversationActions, App[int]):
             turn.answer_view.set_note("not answered: the model did not load (your prompt is back in the input)")
             self.prompt.restore(turn.prompt)
 
-    # --- sending and answering ---------------------------------------------------------------
+    # --- sending ---------------------------------------------------------------------------
     def _ensure_conversation(self, prompt: str) -> int:
         if self.conv_id is None:
             self.conv_id = self.history.new_conversation(title_from_prompt(prompt), self.pending_system_prompt)
@@ -277,129 +259,7 @@ class ChatApp(ConversationActions, App[int]):
             self.load_model()
         self._pump()
 
-    def _messages_for(self, turn: Turn) -> list[ChatMessage]:
-        conv = self._conversation(turn.conv_id)
-        msgs: list[ChatMessage] = []
-        if conv is not None and conv.system_prompt:
-            msgs.append({"role": "system", "content": conv.system_prompt})
-        for m in self.history.messages(turn.conv_id):
-            if m.role in ("user", "assistant", "system") and m.content:
-                if m.role == "system" and msgs and msgs[0]["role"] == "system":
-                    continue
-                msgs.append({"role": m.role, "content": m.content})
-        msgs.append({"role": "user", "content": turn.prompt})
-        return msgs
-
-    def _pump(self) -> None:
-        if not self.ready or self.active is not None or not self.queue:
-            return
-        turn = self.queue.popleft()
-        try:
-            messages = self._messages_for(turn)
-        except Exception as e:  # noqa: BLE001
-            turn.state = "failed"
-            turn.answer_view.set_note("not answered (see the error above)")
-            self.show_error(e, "reading the history")
-            self._pump()
-            return
-        self.active, turn.state = turn, "running"
-        turn.answer_view.set_note("")
-        self._generate(turn, messages)
-
-    @work(thread=True, exclusive=True, group="answer", exit_on_error=False)
-    def _generate(self, turn: Turn, messages: list[ChatMessage]) -> None:
-        worker = get_current_worker()
-
-        def cancelled() -> bool:
-            return worker.is_cancelled or turn.cancel.is_set()
-
-        with self._gen_lock:     # one answer at a time on the model, even right after a stop
-            if cancelled():
-                return
-            try:
-                for step in self.session.answer(messages, cancelled):
-                    if cancelled():
-                        break
-                    self._from_thread(self._on_step, turn, step)
-                    if step.finish:
-                        break
-            except Exception as e:  # noqa: BLE001 - shown in the UI
-                self._from_thread(self._on_answer_failed, turn, e)
-                return
-        self._from_thread(self._on_answer_done, turn)
-
-    async def _on_step(self, turn: Turn, step: StepLike) -> None:
-        if turn.state != "running":
-            return
-        await turn.answer_view.append(step)
-        self.last_stats = turn.answer_view.stats
-        self._refresh_status()
-
-    async def _on_answer_done(self, turn: Turn) -> None:
-        if turn.state != "running":
-            return
-        turn.state = "done"
-        finish = turn.answer_view.stats.finish
-        await turn.answer_view.finish(FINISH_NOTES.get(finish or "", ""))
-        self._save(turn, accepted=finish in (None, "eos", "stop"))
-        self.active = None
-        self._refresh_status()
-        self._pump()
-
-    async def _on_answer_failed(self, turn: Turn, exc: Exception) -> None:
-        if turn.state == "running":
-            turn.state = "failed"
-            await turn.answer_view.finish("not answered (see the error above); your prompt is back in the input")
-            self.prompt.restore(turn.prompt)
-            self.active = None
-        self.show_error(exc, "answering")
-        self._pump()
-
-    def _save(self, turn: Turn, accepted: bool, finish: str | None = None) -> None:
-        if turn.saved:
-            return
-        turn.saved = True
-        stats = turn.answer_view.stats.to_dict()
-        if finish:
-            stats["finish"] = finish
-        try:
-            self.history.add_message(turn.conv_id, "user", turn.prompt)
-            if turn.answer_view.text:
-                self.history.add_message(turn.conv_id, "assistant", turn.answer_view.text,
-                                         accepted=accepted, stats=stats)
-        except Exception as e:  # noqa: BLE001
-            self.show_error(e, "saving the conversation")
-        self._refresh_conversations()
-
     # --- actions -----------------------------------------------------------------------------
-    async def action_stop(self) -> None:
-        turn = self.active
-        if turn is not None and turn.state == "running":
-            turn.state = "stopped"
-            turn.cancel.set()
-            self.workers.cancel_group(self, "answer")
-            self.active = None
-            await turn.answer_view.finish("stopped: your prompt is back in the input")
-            self.prompt.restore(turn.prompt)
-            self._pump()
-        elif self.queue:
-            turn = self.queue.pop()
-            turn.state = "stopped"
-            await turn.user_view.remove()
-            await turn.answer_view.remove()
-            self.prompt.restore(turn.prompt)
-        else:
-            self.query_one(ErrorBanner).clear()
-
-    def _save_unfinished(self) -> None:
-        """Stop generating and save every turn not yet saved, as far as it got."""
-        for turn in ([self.active] if self.active else []) + list(self.queue):
-            turn.cancel.set()
-            self._save(turn, accepted=False, finish="interrupted")
-        self.active = None
-        self.queue.clear()
-        self.workers.cancel_group(self, "answer")
-
     async def action_quit(self) -> None:
         self._save_unfinished()
         self.exit(0)
@@ -418,61 +278,3 @@ class ChatApp(ConversationActions, App[int]):
             view.set_banked(self.banked)
         self.notify("Banked view on: highlighted text was proposed by the phrase head and accepted"
                     if self.banked else "Banked view off", timeout=3)
-
-    # --- adapter -----------------------------------------------------------------------------
-    @work(thread=True, exclusive=True, group="adapter-status", exit_on_error=False)
-    def _poll_adapter(self) -> None:
-        if self.adapter is None:
-            return
-        try:
-            status = self.adapter.status()
-        except Exception as e:  # noqa: BLE001
-            self._from_thread(self._on_adapter_status, None, explain(e, "adapter").render())
-            return
-        self._from_thread(self._on_adapter_status, status, None)
-
-    def _on_adapter_status(self, status: dict[str, Any] | None, error: str | None) -> None:
-        if status is not None:
-            self.adapter_status = status
-        self._refresh_adapter(error)
-
-    def action_adapter_cycle(self) -> None:
-        if self.adapter is None:
-            self.notify("The adapter is not available in this build.", severity="warning")
-            return
-        if self.adapter_busy:
-            self.notify("An adapter cycle is already running.")
-            return
-        self.adapter_busy = True
-        self._refresh_adapter()
-        self._adapter_cycle()
-
-    @work(thread=True, exclusive=True, group="adapter-run", exit_on_error=False)
-    def _adapter_cycle(self) -> None:
-        assert self.adapter is not None
-        try:
-            result = self.adapter.run_once()
-            head = (result or {}).get("head_path") if isinstance(result, dict) else None
-            info = None
-            if head:
-                with self._gen_lock:
-                    self.session.swap_head(head)
-                    info = self.session.info()
-        except Exception as e:  # noqa: BLE001
-            self._from_thread(self._on_adapter_done, None, None, e)
-            return
-        self._from_thread(self._on_adapter_done, result, info, None)
-
-    def _on_adapter_done(self, result: dict[str, Any] | None, info: dict[str, Any] | None,
-                         exc: Exception | None) -> None:
-        self.adapter_busy = False
-        if exc is not None:
-            self.show_error(exc, "adapter")
-            self._refresh_adapter(explain(exc, "adapter").title)
-            return
-        if info:
-            self.info_cache = dict(info)
-            self._refresh_status()
-        self.notify("Adapter cycle finished.")
-        self._poll_adapter()
-        self._refresh_adapter()

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from assistant.tui.export import last_code_block, safe_filename, to_markdown
-from assistant.tui.stats import TurnStats
 from assistant.tui.widgets.conversations import ConversationList
 from assistant.tui.widgets.dialogs import ConfirmDialog, TextDialog
 from assistant.tui.widgets.message import MessageView
@@ -58,9 +57,8 @@ class ConversationActions:
         if conv is not None and conv.system_prompt:
             views.append(MessageView("system", conv.system_prompt))
         for m in messages:
-            stats = TurnStats.from_dict(m.stats, m.content)
-            note = "interrupted" if (m.stats or {}).get("finish") == "interrupted" else ""
-            views.append(MessageView(m.role, m.content, stats, banked=self.banked, note=note))
+            note = "interrupted" if m.stats is not None and m.stats.finish == "interrupted" else ""
+            views.append(MessageView(m.role, m.content, m.stats, banked=self.banked, note=note))
         await self.log_view.mount_all(views)
         self.log_view.scroll_end(animate=False)
         self._refresh_conversations()

@@ -2,9 +2,11 @@
 
 Contract: `MemoryHistory` implements `assistant.tui.protocol.HistoryLike` exactly as the
 profile's history.sqlite store does (ids from 1, `list_conversations()` most
-recently updated first, `messages()` in insertion order), but keeps nothing
-after the process exits. The app uses it when it is given no profile history,
-and tests use it as the reference fake.
+recently updated first, `messages()` in insertion order, the data model of
+assistant.types, a message's stats kept as the store keeps them: through
+`AnswerStats.to_dict()` and `from_dict`), but keeps nothing after the process
+exits. The app uses it when it is given no profile history, and tests use it as
+the reference fake.
 """
 from __future__ import annotations
 
@@ -13,25 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Conversation:
-    id: int
-    title: str
-    system_prompt: str
-    created: float
-    updated: float
-
-
-@dataclass(frozen=True)
-class Message:
-    id: int
-    conversation_id: int
-    role: str
-    content: str
-    accepted: bool
-    stats: dict[str, Any] | None
-    created: float
+from assistant.types import AnswerStats, Conversation, Message
 
 
 @dataclass
@@ -69,10 +53,11 @@ class MemoryHistory:
         self._convs[conv_id] = replace(self._conv(conv_id), system_prompt=text, updated=self._now())
 
     def add_message(self, conv_id: int, role: str, content: str, accepted: bool = False,
-                    stats: dict[str, Any] | None = None) -> int:
+                    stats: AnswerStats | None = None) -> int:
         conv = self._conv(conv_id)
         mid, now = next(self._ids), self._now()
-        self._msgs[mid] = Message(mid, conv_id, role, content, accepted, stats, now)
+        kept = None if stats is None else AnswerStats.from_dict(stats.to_dict(), content)
+        self._msgs[mid] = Message(mid, conv_id, role, content, accepted, kept, now)
         self._convs[conv_id] = replace(conv, updated=now)
         return mid
 

@@ -1,8 +1,9 @@
 """What the terminal UI needs from the rest of the system, as structural protocols.
 
-Contract: tui/ imports nothing of ours at module import; the app is handed objects
-that satisfy these protocols. `SessionLike` matches `assistant.session.Session`
-(load / answer / info / swap_head), `StepLike` matches `assistant.runtime.decode.Step`,
+Contract: tui/ imports nothing of ours at module import except the plain data model
+(assistant.types: Conversation, Message, AnswerStats, StepLike); the app is handed
+objects that satisfy these protocols. `SessionLike` matches `assistant.session.Session`
+(load / answer / info / swap_head) and yields `StepLike`s (assistant.runtime.decode.Step),
 `HistoryLike` matches the profile history store (`profiles.Profile.history`), and
 `AdapterStatusSource` is how the adapter panel reads the same data as
 `assistant adapt --status` and runs one cycle now. Every method of a session may
@@ -13,20 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
+from assistant.types import AnswerStats, Conversation, Message, StepLike
+
 Progress = Callable[[str, "float | None"], None]
 ChatMessage = dict[str, str]          # {"role": "user"|"assistant"|"system", "content": ...}
-
-
-@runtime_checkable
-class StepLike(Protocol):
-    """One target forward pass worth of answer (assistant.runtime.decode.Step)."""
-
-    text: str                 # text delta of the tokens committed by this pass
-    tokens: list[int]         # tokens committed by this pass
-    drafted: int              # how many of `tokens` (the first ones) came from accepted speculation
-    finish: str | None        # None, "eos", "stop", "length" or "cancelled"
-    seconds: float
-    tree_size: int
 
 
 @runtime_checkable
@@ -41,28 +32,10 @@ class SessionLike(Protocol):
     def swap_head(self, path: Any) -> dict[str, Any]: ...
 
 
-class ConversationLike(Protocol):
-    id: int
-    title: str
-    system_prompt: str
-    created: Any
-    updated: Any
-
-
-class MessageLike(Protocol):
-    id: int
-    conversation_id: int
-    role: str
-    content: str
-    accepted: bool
-    stats: dict[str, Any] | None
-    created: Any
-
-
 class HistoryLike(Protocol):
     def new_conversation(self, title: str, system_prompt: str = "") -> int: ...
 
-    def list_conversations(self) -> Sequence[ConversationLike]: ...
+    def list_conversations(self) -> Sequence[Conversation]: ...
 
     def rename_conversation(self, conv_id: int, title: str) -> None: ...
 
@@ -71,9 +44,9 @@ class HistoryLike(Protocol):
     def set_system_prompt(self, conv_id: int, text: str) -> None: ...
 
     def add_message(self, conv_id: int, role: str, content: str, accepted: bool = False,
-                    stats: dict[str, Any] | None = None) -> int: ...
+                    stats: AnswerStats | None = None) -> int: ...
 
-    def messages(self, conv_id: int) -> Sequence[MessageLike]: ...
+    def messages(self, conv_id: int) -> Sequence[Message]: ...
 
     def mark_accepted(self, msg_id: int) -> None: ...
 

@@ -66,9 +66,35 @@ def test_one_prompt_prints_and_records(home, fake, capsys):
     user, answer = h.messages(conv.id)
     assert (user.role, user.content, user.accepted) == ("user", "What is 2+2?", False)
     assert answer.accepted and answer.content == "echo: What is 2+2?"
-    assert answer.stats["new_tokens"] == 4 and answer.stats["forward_passes"] == 2
-    assert answer.stats["tokens_per_pass"] == 2.0 and answer.stats["drafted_tokens"] == 2
+    assert answer.stats.tokens == 4 and answer.stats.passes == 2
+    assert answer.stats.tokens_per_pass == 2.0 and answer.stats.drafted == 2
+    assert answer.stats.banked == [(4, len(answer.content))] and answer.stats.finish == "eos"
+    assert (answer.stats.target, answer.stats.dtype) == ("fake", fake[0].config.dtype)
     assert h.accepted_answers() == [(answer.id, [{"role": "user", "content": "What is 2+2?"}], answer.content)]
+
+
+def test_the_chat_shows_the_statistics_of_an_answer_recorded_by_ask(home, fake, capsys):
+    from tests.tui.tui_fakes import make_app, settle, sync
+    from assistant.tui.widgets.message import MessageView
+
+    assert main(["ask", "What is 2+2?"]) == 0
+    profile = Profile.open()
+    (conv,) = profile.history.list_conversations()
+
+    @sync
+    async def open_in_the_chat() -> None:
+        app = make_app(history=profile.history)
+        async with app.run_test(size=(110, 34)) as pilot:
+            await settle(app, pilot)
+            await app.open_conversation(conv.id)
+            await pilot.pause()
+            answer = [v for v in app.query(MessageView) if v.role == "assistant"][0]
+            assert (answer.stats.tokens, answer.stats.passes, answer.stats.drafted) == (4, 2, 2)
+            header = answer.query_one(".msg-header").render().plain
+            assert "4 tok" in header and "2.00 tok/pass" in header and "50% banked" in header
+
+    open_in_the_chat()
+    profile.close()
 
 
 def test_json_and_profile_settings(home, fake, capsys):
@@ -142,4 +168,4 @@ def test_real_model_answers_and_records(home, capsys, monkeypatch):
     assert 1 <= d["new_tokens"] <= 8 and d["forward_passes"] >= 1 and d["answer"].strip()
     h = Profile.open().history
     msgs = h.messages(d["conversation_id"])
-    assert msgs[-1].accepted and msgs[-1].content == d["answer"] and msgs[-1].stats["new_tokens"] == d["new_tokens"]
+    assert msgs[-1].accepted and msgs[-1].content == d["answer"] and msgs[-1].stats.tokens == d["new_tokens"]

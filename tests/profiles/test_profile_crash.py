@@ -83,6 +83,7 @@ def test_kill_during_publish(home, tmp_path, stage):
 HISTORY_SCRIPT = r"""
 import sys, time
 from assistant.profiles import Profile
+from assistant.types import AnswerStats
 
 mode, n = sys.argv[1], int(sys.argv[2])
 h = Profile.open("crash").history
@@ -90,7 +91,7 @@ for i in range(n):
     with h.transaction():
         c = h.new_conversation(f"c{i}")
         h.add_message(c, "user", f"q{i}")
-        m = h.add_message(c, "assistant", f"a{i}" * 50, accepted=True, stats={"i": i})
+        m = h.add_message(c, "assistant", f"a{i}" * 50, accepted=True, stats=AnswerStats(tokens=i + 1))
     print("COMMITTED", c, m, flush=True)
 if mode == "in-transaction":
     with h.transaction():
@@ -131,7 +132,7 @@ def test_kill_during_history_write(home, mode):
         assert conv_id in convs
         assert msg_id in [m.id for m in h.messages(conv_id)]
     first = h.messages(committed[0][0])
-    assert [m.content for m in first] == ["q0", "a0" * 50] and first[1].accepted and first[1].stats == {"i": 0}
+    assert [m.content for m in first] == ["q0", "a0" * 50] and first[1].accepted and first[1].stats.tokens == 1
     if mode == "in-transaction":
         assert "uncommitted" not in [c.title for c in convs.values()]
         assert len(convs) == 20

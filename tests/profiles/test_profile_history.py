@@ -1,6 +1,7 @@
 """history.sqlite: WAL, migrations, the store's API, damaged files."""
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -8,6 +9,7 @@ from tests.profiles.profile_helpers import make_artifact, use_home
 
 from assistant.profiles import Profile, ProfileError
 from assistant.profiles.history import MIGRATIONS, SCHEMA_VERSION, HistoryStore
+from assistant.types import AnswerStats
 
 
 @pytest.fixture
@@ -27,13 +29,14 @@ def test_conversations_and_messages(tmp_path):
     a = h.new_conversation("first", "be brief")
     b = h.new_conversation("second")
     u = h.add_message(a, "user", "2+2?")
-    m = h.add_message(a, "assistant", "4", accepted=True, stats={"new_tokens": 1, "tokens_per_pass": 1.0})
+    m = h.add_message(a, "assistant", "4", accepted=True, stats=AnswerStats(tokens=1, passes=1, banked=[(0, 1)]))
     h.add_message(b, "user", "hi")
     h.add_message(b, "assistant", "hello")
     assert [c.id for c in h.list_conversations()] == [b, a]  # most recently updated first
     msgs = h.messages(a)
     assert [(x.role, x.content, x.accepted) for x in msgs] == [("user", "2+2?", False), ("assistant", "4", True)]
-    assert msgs[1].stats == {"new_tokens": 1, "tokens_per_pass": 1.0} and msgs[0].stats is None
+    assert msgs[1].stats == AnswerStats(tokens=1, passes=1, chars=1, banked=[(0, 1)]) and msgs[0].stats is None
+    assert msgs[1].stats.tokens_per_pass == 1.0
     assert h.accepted_answers() == [(m, [{"role": "system", "content": "be brief"},
                                          {"role": "user", "content": "2+2?"}], "4")]
     assert h.accepted_answers(since_id=m) == []
@@ -79,6 +82,34 @@ def test_migrates_an_old_database(tmp_path):
     assert h.schema_version == SCHEMA_VERSION
     assert h.list_conversations()[0].title == "old" and h.accepted_answers()[0][2] == "a"
     h.set_state("k", 1)  # the table added by migration 2
+    h.close()
+
+
+def test_migration_3_rewrites_answers_recorded_by_ask_in_the_chats_shape(tmp_path):
+    """`assistant ask` once stored new_tokens/forward_passes/...: migration 3 renames them, keeping the rest."""
+    path = tmp_path / "h.sqlite"
+    db = sqlite3.connect(path)
+    for step in MIGRATIONS[:2]:
+        db.executescript(step)
+    db.execute("INSERT INTO conversations (title, system_prompt, created, updated) VALUES ('old', '', 1, 1)")
+    ask = {"new_tokens": 8, "forward_passes": 4, "tokens_per_pass": 2.0, "drafted_tokens": 3, "seconds": 0.5,
+           "tokens_per_second": 16.0, "finish": "eos", "target": "SmolLM2", "dtype": "fp32", "head": "h/v1"}
+    chat = AnswerStats(tokens=2, drafted=1, passes=1, seconds=0.1, finish="eos", banked=[(0, 2)]).to_dict()
+    for content, stats in (("ask answer", json.dumps(ask)), ("chat answer", json.dumps(chat)), ("bare", None)):
+        db.execute("INSERT INTO messages (conversation_id, role, content, accepted, stats, created) "
+                   "VALUES (1, 'assistant', ?, 1, ?, 1)", (content, stats))
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    h = HistoryStore(path)
+    assert h.schema_version == SCHEMA_VERSION >= 3
+    old, kept, bare = h.messages(1)
+    assert old.stats == AnswerStats(tokens=8, drafted=3, passes=4, seconds=0.5, chars=len("ask answer"),
+                                    finish="eos", target="SmolLM2", dtype="fp32", head="h/v1")
+    assert kept.stats == AnswerStats.from_dict(chat, "chat answer") and kept.stats.banked == [(0, 2)]
+    assert bare.stats is None
+    (raw,), = h._read("SELECT stats FROM messages WHERE id = ?", (old.id,))
+    assert json.loads(raw) == old.stats.to_dict()              # the stored row is in the one shape now
     h.close()
 
 

@@ -11,6 +11,7 @@ from assistant.tui.protocol import AdapterHooks
 from assistant.tui.widgets.message import MessageView
 from assistant.tui.widgets.notice import ErrorBanner
 from assistant.tui.widgets.prompt import PromptInput
+from assistant.types import AnswerStats
 
 SIZE = (110, 34)
 
@@ -41,7 +42,7 @@ async def test_full_exchange_streams_saves_and_shows_stats() -> None:
         assert conv.title == "What is the capital of France?"
         saved = history.messages(conv.id)
         assert [(m.role, m.accepted) for m in saved] == [("user", False), ("assistant", True)]
-        assert saved[1].stats["drafted"] == 3 and saved[1].stats["banked"] == [[5, 12], [20, 30]]
+        assert saved[1].stats.drafted == 3 and saved[1].stats.banked == [(5, 12), (20, 30)]
         status = str(app.query_one("#status").render())
         assert "1.60 tok/pass" in status and "38% banked" in status and "FakeLM-1M" in status
         assert "mem 300.0 MiB / 8.0 GiB" in status
@@ -112,7 +113,7 @@ async def test_conversation_switching_resumes_history() -> None:
     history = MemoryHistory()
     a = history.new_conversation("Alpha chat")
     history.add_message(a, "user", "alpha question")
-    history.add_message(a, "assistant", "alpha answer", accepted=True, stats={"banked": [[0, 5]], "tokens": 3})
+    history.add_message(a, "assistant", "alpha answer", accepted=True, stats=AnswerStats(tokens=3, banked=[(0, 5)]))
     b = history.new_conversation("Beta chat", system_prompt="Answer in French.")
     history.add_message(b, "user", "beta question")
     history.add_message(b, "assistant", "beta answer", accepted=True)
@@ -286,7 +287,7 @@ async def test_quit_mid_answer_saves_what_was_shown() -> None:
         await asyncio.sleep(0)
     msgs = history.messages(history.list_conversations()[0].id)
     assert [m.role for m in msgs] == ["user", "assistant"]
-    assert msgs[1].stats["finish"] == "interrupted" and not msgs[1].accepted
+    assert msgs[1].stats.finish == "interrupted" and not msgs[1].accepted
     assert app.return_code == 0
 
 

@@ -13,13 +13,14 @@ from assistant.tui.errors import explain
 from assistant.tui.export import last_code_block, safe_filename, title_from_prompt, to_markdown
 from assistant.tui.history import MemoryHistory
 from assistant.tui.keymap import APP_BINDINGS, describe
-from assistant.tui.stats import TurnStats, format_bytes, parse_bytes, rss_bytes
+from assistant.tui.stats import format_bytes, parse_bytes, rss_bytes
 from assistant.tui.widgets.adapter import NOT_AVAILABLE, adapter_text
 from assistant.tui.widgets.status import status_text
+from assistant.types import AnswerStats
 
 
 def test_turn_stats_rates_and_banked_spans() -> None:
-    s = TurnStats()
+    s = AnswerStats()
     for step in PARIS:
         s.add(step)
     text = "".join(st.text for st in PARIS)
@@ -28,16 +29,16 @@ def test_turn_stats_rates_and_banked_spans() -> None:
     assert s.accepted_rate == pytest.approx(3 / 8)
     assert s.tok_per_s == pytest.approx(8 / 0.05)
     assert [text[a:b] for a, b in s.banked] == [" is the", " of France"]
-    back = TurnStats.from_dict(s.to_dict(), text)
+    back = AnswerStats.from_dict(s.to_dict(), text)
     assert back.banked == s.banked and back.tokens == 8 and back.finish == "eos"
 
 
 def test_adjacent_banked_steps_merge_and_bad_spans_are_dropped() -> None:
-    s = TurnStats()
+    s = AnswerStats()
     s.add(FakeStep("ab", [1, 2], drafted=1))
     s.add(FakeStep("cd", [3, 4], drafted=2))
     assert s.banked == [(0, 4)]
-    assert TurnStats.from_dict({"banked": [[0, 99], [1, 2], "x"]}, "abc").banked == [(1, 2)]
+    assert AnswerStats.from_dict({"banked": [[0, 99], [1, 2], "x"]}, "abc").banked == [(1, 2)]
 
 
 def test_memory_helpers() -> None:
@@ -50,7 +51,7 @@ def test_memory_helpers() -> None:
 
 
 def test_status_text() -> None:
-    s = TurnStats()
+    s = AnswerStats()
     for step in PARIS:
         s.add(step)
     info = {"model": "M", "device": "cuda:0", "dtype": "int8", "head": {"name": "/x/heads/v7", "parameters": 2_500_000},
@@ -65,7 +66,7 @@ def test_status_text() -> None:
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_status_line_fits_its_width(width) -> None:
-    s = TurnStats()
+    s = AnswerStats()
     for step in PARIS:
         s.add(step)
     info = {"model": "SmolLM2-135M-Instruct", "device": "cpu", "dtype": "bf16", "engine": "eager",

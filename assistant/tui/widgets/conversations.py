@@ -14,11 +14,11 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Label, ListItem, ListView
 
-from assistant.tui.protocol import ConversationLike
+from assistant.types import Conversation
 
 
 class ConversationItem(ListItem):
-    def __init__(self, conv: ConversationLike, current: bool) -> None:
+    def __init__(self, conv: Conversation, current: bool) -> None:
         super().__init__(Label(("● " if current else "  ") + escape(conv.title or "untitled")))
         self.conv_id = conv.id
 
@@ -33,7 +33,7 @@ class ConversationList(Vertical):
         yield Label("Chats [dim](ctrl+n new)[/]", classes="panel-title")
         yield ListView(id="conversation-items")
 
-    def show(self, conversations: Sequence[ConversationLike], current_id: int | None) -> None:
+    def show(self, conversations: Sequence[Conversation], current_id: int | None) -> None:
         lv = self.query_one(ListView)
         lv.clear()
         index = None

@@ -16,8 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Markdown, Static
 
-from assistant.tui.protocol import StepLike
-from assistant.tui.stats import TurnStats
+from assistant.types import AnswerStats, StepLike
 
 BANKED_STYLE = "on #27402f"
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -26,12 +25,12 @@ ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 class MessageView(Vertical):
     DEFAULT_CLASSES = "message"
 
-    def __init__(self, role: str, text: str = "", stats: TurnStats | None = None, *,
+    def __init__(self, role: str, text: str = "", stats: AnswerStats | None = None, *,
                  banked: bool = False, note: str = "") -> None:
         super().__init__(classes=f"message {role}")
         self.role = role
         self.text = text
-        self.stats = stats or TurnStats.from_dict(None, text)
+        self.stats = stats or AnswerStats.from_dict(None, text)
         self._banked = banked
         self._note = note
         self._stream = None

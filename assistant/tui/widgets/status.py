@@ -1,7 +1,7 @@
 """The status line: load progress, then speed, speculation and memory numbers.
 
 Contract: `status_text(..., width=)` (pure) formats one line from the session's `info()`
-dict, the last answer's `TurnStats`, and memory in use against the budget:
+dict, the last answer's `AnswerStats`, and memory in use against the budget:
 "23.4 tok/s · 2.31 tok/pass · 38% banked · mem 812.0 MiB / 8.0 GiB · compiled · 2t ·
 bf16 · cpu · SmolLM2 · head …", most useful first; at `width` columns the head's
 details go first, then whole parts from the end (the full head is in the adapter panel).
@@ -16,7 +16,8 @@ from rich.markup import escape
 from rich.text import Text
 from textual.widgets import Static
 
-from assistant.tui.stats import TurnStats, format_bytes
+from assistant.tui.stats import format_bytes
+from assistant.types import AnswerStats
 
 
 def _head_text(head: Any, long: bool = True) -> str:
@@ -46,7 +47,7 @@ def _engine_text(info: dict[str, Any]) -> str:
     return text + (f" · {threads}t" if threads else "")
 
 
-def status_text(info: dict[str, Any] | None, stats: TurnStats | None, *, loading: str | None = None,
+def status_text(info: dict[str, Any] | None, stats: AnswerStats | None, *, loading: str | None = None,
                 rss: int | None = None, gpu: int | None = None, budget: int | None = None,
                 width: int | None = None) -> str:
     """One line, most useful first; with `width` the parts that do not fit are left out (the head's

@@ -1,6 +1,7 @@
 """`assistant train` as resumable stages in one work directory.
 
-Contract: `run_pipeline(config, log, tune)` -> path of the written artifact. Stages and
+Contract: `run_pipeline(config, log, tune)` -> path of the written artifact, or TrainError (a
+ValueError the command line prints as one line) for a build that cannot run as asked. Stages and
 their outputs (in config.workdir, default assistant.runtime.fetch.cache_dir()/train/<target>/):
   (a) answers.jsonl       the target's greedy answers (assistant.adapt.distill; resumable per prompt):
       the training prompts, then (with `tune`) the held-out ones in batches of their own, so they never
@@ -32,10 +33,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from assistant.adapt.config import CycleConfig
+from assistant.errors import UserError
 from assistant.adapt.tune import TuneConfig, drafter_meta, held_out_key, tune_tree_shape
 
 HELD_BACK = CycleConfig().anchor_prompts + CycleConfig().rehearsal_prompts   # the adapter's anchor, then rehearsal
 MACHINE_FIELDS = ("sources", "workdir", "out")     # paths of the machine that trained: not in the metadata
+
+
+class TrainError(UserError, ValueError):
+    """A build that cannot run as asked (no data, held-out answers that are training data, a bad recipe):
+    the command line prints its one line."""
 
 
 @dataclass(frozen=True)
@@ -91,12 +98,12 @@ def run_pipeline(config: TrainConfig, log=None, tune: TuneConfig | None = None) 
 
     log = log or StageLog()
     if not config.sources:
-        raise ValueError("no training data: give --data FILE[:START:STOP]")
+        raise TrainError("no training data: give --data FILE[:START:STOP]")
     prompts = training_prompts(config.sources)
     held = training_prompts([tune.held_out]) if tune else []
     overlap = {k for k, _ in held} & {k for k, _ in prompts}
     if overlap:
-        raise ValueError(f"the tree shape's held-out answers {held_out_key(tune.held_out)} include "
+        raise TrainError(f"the tree shape's held-out answers {held_out_key(tune.held_out)} include "
                          f"{len(overlap)} training prompts")
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -208,7 +215,7 @@ def tune_stage(target, out: Path, answers_path: Path, keys: list[str], tune: Tun
     order = {k: i for i, k in enumerate(keys)}
     answers = sorted((a for a in load_answers(answers_path) if a.key in order), key=lambda a: order[a.key])
     if not answers:
-        raise ValueError(f"no held-out answers {held_out_key(tune.held_out)} (the data set has no such records)")
+        raise TrainError(f"no held-out answers {held_out_key(tune.held_out)} (the data set has no such records)")
     layers = tuple(art.head.config.feature_layers)
     feats = load_generation_features(answers_path, answers)
     if feats is None or not set(layers) <= set(feats.layers):

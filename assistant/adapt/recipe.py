@@ -1,6 +1,6 @@
 """A head's build recipe: the TOML file that says how to rebuild it with one `assistant train --recipe`.
 
-Contract: `load_recipe(path, data_dir)` -> Recipe (frozen) or ValueError naming the file and the key.
+Contract: `load_recipe(path, data_dir)` -> Recipe (frozen), or TrainError (a ValueError) naming the file and key.
 The file (see assistant/runtime/data/heads/SmolLM2-135M-Instruct.recipe.toml) has:
 - `artifact = "NAME.safetensors"`: the head it builds, a file name beside the recipe (the default --out);
 - `[[data]]` tables `file`, `start`, `stop`: the training data sets by FILE NAME and record range
@@ -18,10 +18,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path, PurePath
 from typing import Any
 
-from assistant.adapt.pipeline import TrainConfig
+from assistant.adapt.pipeline import MACHINE_FIELDS, TrainConfig, TrainError
 from assistant.adapt.tune import TuneConfig
 
-NOT_RECIPE_KEYS = ("sources", "workdir", "out", "distill_only")   # the command line's, not the recipe's
+NOT_RECIPE_KEYS = MACHINE_FIELDS + ("distill_only",)   # the command line's, not the recipe's
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Recipe:
 
 def _file_in(data_dir: Path, name: Any, where: str) -> str:
     if not isinstance(name, str) or not name or PurePath(name).name != name:
-        raise ValueError(f"{where}: `file` must be a bare file name (found in --data DIR), got {name!r}")
+        raise TrainError(f"{where}: `file` must be a bare file name (found in --data DIR), got {name!r}")
     return str(data_dir / name)
 
 
@@ -41,18 +41,20 @@ def _range(table: dict, data_dir: Path, where: str) -> tuple[str, int, int]:
     try:
         start, stop = table["start"], table["stop"]
     except KeyError as e:
-        raise ValueError(f"{where}: missing {e.args[0]!r}") from None
+        raise TrainError(f"{where}: missing {e.args[0]!r}") from None
     if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop):
-        raise ValueError(f"{where}: needs integers 0 <= start < stop, got {start!r}, {stop!r}")
+        raise TrainError(f"{where}: needs integers 0 <= start < stop, got {start!r}, {stop!r}")
     return _file_in(data_dir, table.get("file"), where), start, stop
 
 
 def _fields(table: dict, defaults: dict[str, Any], where: str) -> dict[str, Any]:
     """`table`'s keys checked against `defaults` (name -> default value): known names, and values of the
     default's type (an int where a float is expected; a list of integers where a tuple is)."""
+    if not isinstance(table, dict):
+        raise TrainError(f"{where}: expected a table, got {table!r}")
     unknown = sorted(set(table) - set(defaults))
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(defaults))})")
+        raise TrainError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(defaults))})")
     out = {}
     for key, value in table.items():
         value = tuple(value) if isinstance(value, list) else value
@@ -61,7 +63,7 @@ def _fields(table: dict, defaults: dict[str, Any], where: str) -> dict[str, Any]
         if want is tuple and ok:   # the tuples of these configs hold integers (layers, grid values)
             ok = all(type(x) is int for x in value)
         if not ok or isinstance(value, bool) is not isinstance(defaults[key], bool):
-            raise ValueError(f"{where}: `{key}` should be like {defaults[key]!r}, got {value!r}")
+            raise TrainError(f"{where}: `{key}` should be like {defaults[key]!r}, got {value!r}")
         out[key] = value
     return out
 
@@ -71,16 +73,16 @@ def load_recipe(path: str | Path, data_dir: str | Path) -> Recipe:
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ValueError(f"{path}: unreadable recipe ({e})") from None
+        raise TrainError(f"{path}: unreadable recipe ({e})") from None
     unknown = sorted(set(doc) - {"artifact", "data", "train", "tune"})
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)} (known: artifact, data, train, tune)")
+        raise TrainError(f"{path}: unknown key(s) {', '.join(unknown)} (known: artifact, data, train, tune)")
     artifact = doc.get("artifact")
     if not isinstance(artifact, str) or PurePath(artifact).name != artifact:
-        raise ValueError(f"{path}: `artifact` must be the built head's file name, got {artifact!r}")
+        raise TrainError(f"{path}: `artifact` must be the built head's file name, got {artifact!r}")
     data = doc.get("data")
     if not isinstance(data, list) or not data:
-        raise ValueError(f"{path}: no [[data]] tables")
+        raise TrainError(f"{path}: no [[data]] tables")
     sources = []
     for i, table in enumerate(data):
         where = f"{path}: [[data]] #{i + 1}"
@@ -90,8 +92,9 @@ def load_recipe(path: str | Path, data_dir: str | Path) -> Recipe:
     train = TrainConfig(sources=tuple(sources), **_fields(doc.get("train", {}), train_keys, f"{path}: [train]"))
     tune = None
     if "tune" in doc:
-        table = dict(doc["tune"])
-        where = f"{path}: [tune]"
+        table, where = doc["tune"], f"{path}: [tune]"
+        if not isinstance(table, dict):
+            raise TrainError(f"{where}: expected a table, got {table!r}")
         held_out = _range(table, data_dir, where)
         grid_keys = {f.name: f.default for f in fields(TuneConfig) if f.name != "held_out"}
         rest = {k: v for k, v in table.items() if k not in ("file", "start", "stop")}

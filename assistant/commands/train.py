@@ -83,18 +83,18 @@ def register(subparsers) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """(TrainConfig, TuneConfig or None) for the parsed flags: the recipe's, with the explicit flags over it."""
-    from assistant.adapt.pipeline import TrainConfig
+    from assistant.adapt.pipeline import TrainConfig, TrainError
 
     given = {field: getattr(args, field) for field, _, _ in FLAGS.values() if getattr(args, field) is not None}
     common = {"workdir": args.workdir, "distill_only": args.distill_only}
     if args.recipe is None:
         if args.no_tune:
-            raise ValueError("--no-tune goes with --recipe")
+            raise TrainError("--no-tune goes with --recipe")
         return TrainConfig(sources=tuple(_source(s) for s in args.data), out=args.out, **common, **given), None
     from assistant.adapt.recipe import load_recipe
 
     if len(args.data) != 1 or not Path(args.data[0]).is_dir():
-        raise ValueError(f"with --recipe, --data names the one folder holding the recipe's data sets, "
+        raise TrainError(f"with --recipe, --data names the one folder holding the recipe's data sets, "
                          f"got {' '.join(args.data)}")
     recipe = load_recipe(args.recipe, args.data[0])
     out = args.out or str(recipe.artifact)

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import torch
 
 from assistant.adapt.datasets import slices_path
 from assistant.adapt.distill import load_answers
@@ -81,6 +82,22 @@ def test_distill_only_stops_after_the_answers(tiny_llama_dir, tmp_path):
 
 
 SHIPPED = Path(__file__).parents[2] / "assistant" / "runtime" / "data" / "heads"
+
+
+@pytest.fixture(scope="module")
+def varied_llama_dir(smol_tokenizer, tmp_path_factory):
+    """A tiny random Llama whose greedy answers vary (the shared tiny_llama repeats one token: a one-row
+    vocabulary that trains nothing), so mining, training and the tree-shape choice all have work to do."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                      tie_word_embeddings=True, eos_token_id=2, bos_token_id=1, pad_token_id=2, initializer_range=0.2)
+    d = tmp_path_factory.mktemp("varied-llama")
+    LlamaForCausalLM(cfg).eval().save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    return d
 
 
 def _tiny_recipe(tmp_path, target: str, **train) -> tuple[Path, Path]:
@@ -158,11 +175,11 @@ def test_shipped_recipe_describes_the_shipped_head():
     assert {k: drafter[k] for k in ("top_k", "chain_depth", "chain_width")} in recipe.tune.grid()
 
 
-def test_recipe_rebuild_is_bit_for_bit(tiny_llama_dir, tmp_path):
+def test_recipe_rebuild_is_bit_for_bit(varied_llama_dir, tmp_path):
     """`assistant train --recipe` twice from empty work directories: the same bytes, tree shape included."""
     from assistant.cli import main
 
-    recipe, data = _tiny_recipe(tmp_path, str(tiny_llama_dir))
+    recipe, data = _tiny_recipe(tmp_path, str(varied_llama_dir), max_new_tokens=24, epochs=3)
     digests = []
     for run in ("a", "b"):
         out = tmp_path / run / "tiny.safetensors"
@@ -171,6 +188,7 @@ def test_recipe_rebuild_is_bit_for_bit(tiny_llama_dir, tmp_path):
         digests.append((hashlib.sha256(out.read_bytes()).hexdigest(), slices_path(out).read_bytes()))
     assert digests[0] == digests[1]
     art = load_artifact(tmp_path / "a" / "tiny.safetensors")
+    assert len(art.vocab) > 10 and art.meta["report"]["train_positions"] > 20     # a head that trained
     assert art.meta["drafter"]["tuned_on"] == "qs:5:8" and art.meta["drafter"]["top_k"] in (2, 4)
     assert art.meta["training_data"][0]["stop"] == 5 and art.meta["train_config"]["threads"] == 1
     keys = {a.key for a in load_answers(tmp_path / "a" / "work" / "answers.jsonl")}

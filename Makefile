@@ -28,5 +28,7 @@ test: setup tools
 bench-quick: setup
 	$(VENV)/bin/assistant bench --dataset ../shared/data/gsm8k_test.jsonl --limit 4 --max-new-tokens 64
 
+# rebuild the shipped phrase head from its recipe (docs/training.md: hours on a small CPU; resumable)
+head: DATA ?= ../shared/data
 head: setup
-	bash scripts/build_default_head.sh
+	$(VENV)/bin/assistant train --recipe assistant/runtime/data/heads/SmolLM2-135M-Instruct.recipe.toml --data $(DATA)

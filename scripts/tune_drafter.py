@@ -3,9 +3,10 @@
 Replays the decode loop offline (assistant.adapt.evaluate.simulate_decode: phrase head + prompt lookup in one
 tree of --nodes nodes, exactly what the runtime builds) on distilled answers the head was NOT trained
 on, with the hidden states kept from their generation, for a grid of PhraseDrafter settings (top_k,
-chain_depth, chain_width); prints tokens per pass for each and, with --write, stores the best in the
-artifact's metadata ("drafter"), which PhraseDrafter.from_artifact reads. Tokens per pass do not
-depend on timing, so this may share the machine.
+chain_depth, chain_width; assistant.adapt.tune, the step `assistant train --recipe` ends with); prints
+tokens per pass for each and, with --write, stores the best in the artifact's metadata ("drafter"),
+which PhraseDrafter.from_artifact reads. Tokens per pass do not depend on timing, so this may share
+the machine.
 
 With several heads (scripts/head_sweep.sh) it ends with a table: rows, parameters, share of the
 target and the best tokens per pass of each.
@@ -16,7 +17,6 @@ usage: python scripts/tune_drafter.py HEAD.safetensors [HEAD ...] --answers <cac
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -34,53 +34,41 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="store the best settings in the artifact")
     args = ap.parse_args()
 
-    import torch
-
-    from assistant.adapt.datasets import trained_ranges
     from assistant.adapt.distill import load_answers
     from assistant.adapt.features import load_generation_features
-    from assistant.adapt.evaluate import simulate_decode
     from assistant.adapt.train import write_artifact
-    from assistant.runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
+    from assistant.adapt.tune import TuneConfig, drafter_meta, trained_keys, tune_tree_shape
     from assistant.runtime.head import load_artifact
     from assistant.runtime.target import load_target
 
     stem, start, stop = args.keys.rsplit(":", 2)
+    ints = lambda s: tuple(map(int, s.split(",")))  # noqa: E731
+    tune = TuneConfig(held_out=(stem, int(start), int(stop)), nodes=args.nodes, top_k=ints(args.top_k),
+                      chain_depth=ints(args.depth), chain_width=ints(args.chain_width))
     wanted = {f"{stem}:{i}" for i in range(int(start), int(stop))}
     answers = [a for a in load_answers(args.answers) if a.key in wanted]
     feats = load_generation_features(args.answers, answers)
     if not answers or feats is None:
         sys.exit(f"tune_drafter: no answers with generation features for {args.keys} in {args.answers}")
-    grid = list(itertools.product(*(map(int, s.split(",")) for s in (args.top_k, args.depth, args.chain_width))))
     print(f"{len(answers)} held-out answers ({sum(len(a.answer_ids) for a in answers)} tokens), "
           f"{args.nodes}-node trees", flush=True)
     target, table = None, []
     for path in args.heads:
         art = load_artifact(path)
-        trained = {f"{Path(f).stem}:{i}" for f, (_, spans) in trained_ranges(art.meta).items() for a, b in spans
-                   for i in range(a, b)}
-        if wanted & trained:
-            sys.exit(f"tune_drafter: {len(wanted & trained)} of the keys were training data for {path}")
+        clash = wanted & trained_keys(art.meta)
+        if clash:
+            sys.exit(f"tune_drafter: {len(clash)} of the keys were training data for {path}")
         target = target or load_target(art.meta.get("target", "default"), "fp32")
-        emb = target.model.get_input_embeddings()
-        results = []
-        with torch.inference_mode():
-            for top_k, depth, width in grid:
-                phrase = PhraseDrafter.from_artifact(art, emb, top_k=top_k, chain_depth=depth, chain_width=width,
-                                                     max_nodes=args.nodes)
-                sim = simulate_decode(UnionDrafter(phrase, PromptLookupDrafter()), answers, feats, args.nodes,
-                                      target.hidden_size)
-                results.append(({"top_k": top_k, "chain_depth": depth, "chain_width": width}, sim["tokens_per_pass"]))
-                print(f"{Path(path).name}: top_k {top_k:3d} chain_depth {depth} chain_width {width}: "
-                      f"{sim['tokens_per_pass']:.3f} tokens/pass", flush=True)
-        best, tpp = max(results, key=lambda r: r[1])
+        show = lambda s, v: print(f"{Path(path).name}: top_k {s['top_k']:3d} chain_depth {s['chain_depth']} "  # noqa: E731
+                                  f"chain_width {s['chain_width']}: {v:.3f} tokens/pass", flush=True)
+        best, tpp, _ = tune_tree_shape(art, target.model.get_input_embeddings(), answers, feats, target.hidden_size,
+                                       tune.grid(), args.nodes, on_result=show)
         print(json.dumps({"head": path, "best": best, "tokens_per_pass": round(tpp, 3)}), flush=True)
         n = art.head.parameter_count()
         table.append((art.head.rows, art.head.config.inner, art.head.config.width, n, n / target.num_parameters, tpp,
                       ",".join(map(str, art.head.config.feature_layers))))
         if args.write:
-            meta = dict(art.meta)
-            meta["drafter"] = {**best, "tuned_on": args.keys, "tokens_per_pass": round(tpp, 3)}
+            meta = {**art.meta, "drafter": drafter_meta(best, tpp, tune.held_out)}
             store = meta.get("train_config", {}).get("store_dtype", "fp16")   # as the head was written
             write_artifact(path, art.head, art.vocab, art.extra.get("chain"), meta, store, art.extra.get("chain_p"))
             print(f"wrote the settings into {path}")

@@ -1,8 +1,11 @@
 """`assistant train` as resumable stages in one work directory.
 
-Contract: `run_pipeline(config, log)` -> path of the written artifact. Stages and
+Contract: `run_pipeline(config, log, tune)` -> path of the written artifact, or TrainError (a
+ValueError the command line prints as one line) for a build that cannot run as asked. Stages and
 their outputs (in config.workdir, default assistant.runtime.fetch.cache_dir()/train/<target>/):
-  (a) answers.jsonl       the target's greedy answers (assistant.adapt.distill; resumable per prompt)
+  (a) answers.jsonl       the target's greedy answers (assistant.adapt.distill; resumable per prompt):
+      the training prompts, then (with `tune`) the held-out ones in batches of their own, so they never
+      change the training answers
   (b) vocab-<h>.safetensors  mined rows + chain table (assistant.adapt.mine), h = hash of its inputs
   (c) features: kept from the generation (answers-feat-*.safetensors) when it stored
       the layers the head reads, else features-<h>.safetensors by prefill (assistant.adapt.features)
@@ -10,10 +13,16 @@ their outputs (in config.workdir, default assistant.runtime.fetch.cache_dir()/tr
       metadata names the training data by file name, sha256 and record range (never a path) and
       <head stem>.slices.jsonl beside it holds the HELD_BACK prompts that follow the training range
       (assistant.adapt.datasets): the online adapter's anchor and rehearsal prompts
-With `distill_only` it stops after (a) and returns the answers file: held-out answers for
-scripts/tune_drafter.py are distilled this way, never trained on.
+  (f) with `tune` (assistant.adapt.tune.TuneConfig): the tree shape picked on the held-out answers
+      (which must not be training data) is stored in the artifact's "drafter" metadata
+With `distill_only` it stops after (a) and returns the answers file.
 A stage whose output exists for the same inputs is skipped, so rerunning the same
 command after an interruption continues where it stopped.
+Reproducible: the artifact holds no time (no date, no training seconds) and its header is
+canonical (assistant.adapt.train.write_artifact), so the same config run from an empty work
+directory on the same machine with the same torch thread count writes identical bytes. (CPU
+reductions split by thread count; a resumed distillation batches differently; either may move
+the last bits.)
 """
 from __future__ import annotations
 
@@ -24,9 +33,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from assistant.adapt.config import CycleConfig
+from assistant.errors import UserError
+from assistant.adapt.tune import TuneConfig, drafter_meta, held_out_key, tune_tree_shape
 
 HELD_BACK = CycleConfig().anchor_prompts + CycleConfig().rehearsal_prompts   # the adapter's anchor, then rehearsal
 MACHINE_FIELDS = ("sources", "workdir", "out")     # paths of the machine that trained: not in the metadata
+
+
+class TrainError(UserError, ValueError):
+    """A build that cannot run as asked (no data, held-out answers that are training data, a bad recipe):
+    the command line prints its one line."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,7 @@ def workdir_for(config: TrainConfig, target_name: str) -> Path:
     return Path(config.workdir) if config.workdir else cache_dir() / "train" / target_name
 
 
-def run_pipeline(config: TrainConfig, log=None) -> Path:
+def run_pipeline(config: TrainConfig, log=None, tune: TuneConfig | None = None) -> Path:
     import torch
 
     from assistant.adapt.datasets import describe, write_slices
@@ -81,6 +97,14 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
     from assistant.runtime.vocab import DraftVocab, TokenTable
 
     log = log or StageLog()
+    if not config.sources:
+        raise TrainError("no training data: give --data FILE[:START:STOP]")
+    prompts = training_prompts(config.sources)
+    held = training_prompts([tune.held_out]) if tune else []
+    overlap = {k for k, _ in held} & {k for k, _ in prompts}
+    if overlap:
+        raise TrainError(f"the tree shape's held-out answers {held_out_key(tune.held_out)} include "
+                         f"{len(overlap)} training prompts")
     if config.threads:
         torch.set_num_threads(config.threads)
     target = load_target(config.target, config.dtype)
@@ -92,14 +116,12 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     log.say(f"work directory {work}")
 
-    # (a) distillation
-    if not config.sources:
-        raise ValueError("no training data: give --data FILE[:START:STOP]")
-    prompts = training_prompts(config.sources)
+    # (a) distillation: the training prompts, then the held-out ones
     answers_path = work / "answers.jsonl"
-    distill(target, prompts, answers_path,
-            DistillConfig(config.gen_batch, config.max_new_tokens, feature_layers=tuple(config.feature_layers)),
-            progress=log.progress)
+    dc = DistillConfig(config.gen_batch, config.max_new_tokens, feature_layers=tuple(config.feature_layers))
+    distill(target, prompts, answers_path, dc, progress=log.progress)
+    if held:
+        distill(target, held, answers_path, dc, progress=log.progress)
     if config.distill_only:
         log.say(f"answers: {answers_path} (distill only)")
         return answers_path
@@ -163,7 +185,8 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
     out = Path(config.out) if config.out else work / f"head-{_hash(asdict(config))}.safetensors"
     meta = {"target": target.name, "target_dtype": config.dtype, "hidden_size": hidden, "rows": len(vocab),
             "training_data": describe(config.sources), "answers": len(answers), "answer_tokens": n_tok,
-            "train_config": {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS}, "report": report,
+            "train_config": {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS},
+            "report": {k: v for k, v in report.items() if k != "seconds"},   # a time: never in the artifact
             "parameters": head.parameter_count(), "share_of_target": head.parameter_count() / target.num_parameters}
     write_artifact(out, head, vocab, chain, meta, config.store_dtype, chain_p)
     slices = write_slices(out, config.sources, HELD_BACK)
@@ -171,4 +194,37 @@ def run_pipeline(config: TrainConfig, log=None) -> Path:
             "beyond the training range): the online adapter will have no anchor check")
     log.say(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {head.parameter_count() / 1e6:.2f}M parameters, "
             f"{100 * head.parameter_count() / target.num_parameters:.3f}% of the target)")
+
+    # (f) tree shape
+    if tune:
+        tune_stage(target, out, answers_path, [k for k, _ in held], tune, config, log)
     return out
+
+
+def tune_stage(target, out: Path, answers_path: Path, keys: list[str], tune: TuneConfig, config: TrainConfig,
+               log) -> dict:
+    """Pick the tree shape of the head written at `out` on the held-out answers `keys` (never training
+    data: run_pipeline checks) as stored, fp16 rounding included, and rewrite it with that shape in its
+    "drafter" metadata."""
+    from assistant.adapt.distill import load_answers
+    from assistant.adapt.features import collect_features, load_generation_features
+    from assistant.adapt.train import write_artifact
+    from assistant.runtime.head import load_artifact
+
+    art = load_artifact(out)
+    order = {k: i for i, k in enumerate(keys)}
+    answers = sorted((a for a in load_answers(answers_path) if a.key in order), key=lambda a: order[a.key])
+    if not answers:
+        raise TrainError(f"no held-out answers {held_out_key(tune.held_out)} (the data set has no such records)")
+    layers = tuple(art.head.config.feature_layers)
+    feats = load_generation_features(answers_path, answers)
+    if feats is None or not set(layers) <= set(feats.layers):
+        feats = collect_features(target, answers, layers, progress=log.progress)
+    best, tpp, _ = tune_tree_shape(
+        art, target.model.get_input_embeddings(), answers, feats, target.hidden_size, tune.grid(), tune.nodes,
+        on_result=lambda s, v: log.say(f"tree shape {json.dumps(s)}: {v:.3f} tokens/pass"))
+    drafter = drafter_meta(best, tpp, tune.held_out)
+    write_artifact(out, art.head, art.vocab, art.extra.get("chain"), {**art.meta, "drafter": drafter},
+                   config.store_dtype, art.extra.get("chain_p"))
+    log.say(f"tree shape: {json.dumps(drafter)} ({len(answers)} held-out answers, {tune.nodes}-node trees)")
+    return drafter

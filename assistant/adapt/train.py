@@ -12,11 +12,11 @@ Contract:
   online adapter's short fine-tune of a head on the replay buffer mixed with rehearsal positions.
 - `write_artifact(path, head, vocab, chain, meta, store_dtype, chain_p)` writes head +
   vocabulary + chain table (+ its probabilities) with metadata (target, hidden size, rows, training
-  data, date); the pipeline that calls these stages lives in assistant/adapt/pipeline.py.
+  data; no date) as canonical bytes: the same inputs write the same file (`canonical_safetensors`);
+  the pipeline that calls these stages lives in assistant/adapt/pipeline.py.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import sys
@@ -230,13 +230,12 @@ def evaluate_head(head, x, roots, targets, emb, mask, ks: Sequence[int] = (1, 4,
 def write_artifact(path: str | Path, head, vocab, chain: torch.Tensor | None, meta: dict[str, Any],
                    store_dtype: str = "fp16", chain_p: torch.Tensor | None = None) -> Path:
     """Save head + vocabulary (+ chain table) atomically and durably (assistant.profiles.atomic: temp file, fsync,
-    rename, fsync the folder; readable by its owner only)."""
+    rename, fsync the folder; readable by its owner only), as canonical bytes (`canonical_safetensors`)."""
     from assistant.profiles.atomic import atomic_write_bytes
     from assistant.runtime.head import save_artifact
 
     path = Path(path)
     md = dict(meta)
-    md.setdefault("date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     md.setdefault("rows", len(vocab))
     md.setdefault("hidden_size", head.config.hidden_size)
     extra = {}
@@ -244,6 +243,21 @@ def write_artifact(path: str | Path, head, vocab, chain: torch.Tensor | None, me
         extra["chain"] = chain.to(torch.int32)
     if chain_p is not None:
         extra["chain_p"] = chain_p.to(torch.float16)
-    atomic_write_bytes(path, save_artifact(None, head, vocab, md, extra=extra or None,
-                                           dtype=torch.float16 if store_dtype == "fp16" else torch.float32))
+    data = save_artifact(None, head, vocab, md, extra=extra or None,
+                         dtype=torch.float16 if store_dtype == "fp16" else torch.float32)
+    atomic_write_bytes(path, canonical_safetensors(data))
     return path
+
+
+def canonical_safetensors(data: bytes) -> bytes:
+    """The same safetensors file with its string metadata in key order: the writer emits it in hash-map
+    order, which changes from one process to the next. The tensors' entries and bytes are unchanged;
+    the header is padded with spaces to 8 bytes as the writer does."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    if "__metadata__" in header:
+        header = {"__metadata__": dict(sorted(header["__metadata__"].items())),
+                  **{k: v for k, v in header.items() if k != "__metadata__"}}
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-(8 + len(text)) % 8)
+    return len(text).to_bytes(8, "little") + text + data[8 + n:]

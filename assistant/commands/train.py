@@ -1,22 +1,54 @@
 """`assistant train`: build a draft vocabulary and phrase head from distillation data.
 
-Contract: flags map one-to-one onto assistant.adapt.pipeline.TrainConfig (frozen); the
-stages (distil, mine, features, train, write) are resumable in the work
-directory, so rerunning the same command continues an interrupted build.
-`--data FILE[:START:STOP]` is required and may repeat (0-based record range).
-Prints the artifact path (or JSON with --json); with --distill-only it stops
-after the answers and prints their file. The artifact's metadata names each data
-set by file name, sha256 and record range (no paths), and <artifact stem>.slices.jsonl
-beside it holds the prompts just past the training range, which the online adapter
-answers for its anchor check and rehearsal (assistant.adapt.datasets).
-torch is imported inside `run` only.
+Contract: `assistant train --recipe FILE --data DIR [--out PATH]` rebuilds the head a recipe
+describes (assistant.adapt.recipe: data sets by file name, found in DIR; every training flag; the
+held-out answers and grid its tree shape is picked on) in one run: distil, mine, features, train,
+write, tune the tree shape and store it. --out defaults to the recipe's artifact beside the recipe
+file; --no-tune skips the tree shape. Without --recipe, `--data FILE[:START:STOP]` is required and
+may repeat (0-based record range) and the flags alone configure the build (no tree-shape step).
+Each training flag maps onto the assistant.adapt.pipeline.TrainConfig field of the same name
+(frozen); a flag given explicitly wins over the recipe, an absent one keeps the recipe's value (or
+TrainConfig's default). The stages are resumable in the work directory, so rerunning the same command
+continues an interrupted build. Prints the artifact path (or JSON with --json); with --distill-only
+it stops after the answers and prints their file. The artifact's metadata names each data set by
+file name, sha256 and record range (no paths), and <artifact stem>.slices.jsonl beside it holds the
+prompts just past the training range, which the online adapter answers for its anchor check and
+rehearsal (assistant.adapt.datasets). torch is imported inside `run` only.
 """
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any, Callable
 
 from assistant.commands import positive_int
+
+_ints: Callable[[str], tuple[int, ...]] = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
+# flag -> (TrainConfig field, argparse type, help); every one defaults to "not given" (None)
+FLAGS: dict[str, tuple[str, Any, str]] = {
+    "--target": ("target", str, "target model"),
+    "--dtype": ("dtype", str, "target precision for distillation (fp32, bf16)"),
+    "--max-new-tokens": ("max_new_tokens", positive_int, "answer length cap"),
+    "--gen-batch": ("gen_batch", int, "distillation batch size"),
+    "--rows": ("rows", int, "draft-vocabulary row budget"),
+    "--max-words": ("max_words", int, "words a row covers at most"),
+    "--chain-width": ("chain_width", int, "next rows kept per row in the chain table"),
+    "--layers": ("layers", _ints, "hidden-state layers the head reads, comma-separated"),
+    "--feature-layers": ("feature_layers", _ints, "hidden states kept during distillation (saves a prefill stage)"),
+    "--inner": ("inner", int, "head trunk width"),
+    "--width": ("width", int, "head output width"),
+    "--epochs": ("epochs", int, "training epochs"),
+    "--lr": ("lr", float, "learning rate"),
+    "--batch-size": ("batch_size", int, "training batch size"),
+    "--holdout": ("holdout", float, "share of positions held out for the top-k report"),
+    "--seed": ("seed", int, "random seed"),
+    "--store-dtype": ("store_dtype", str, "artifact precision of the head weights (fp16, fp32)"),
+    "--threads": ("threads", int, "torch threads (0: torch's default; the bytes written depend on it)"),
+}
+CHOICES = {"--dtype": ["fp32", "bf16"], "--store-dtype": ["fp16", "fp32"]}
+
 
 def _source(spec: str) -> tuple[str, int, int]:
     parts = spec.rsplit(":", 2)
@@ -26,56 +58,55 @@ def _source(spec: str) -> tuple[str, int, int]:
 
 
 def register(subparsers) -> None:
+    from assistant.adapt.pipeline import TrainConfig
+
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
     p = subparsers.add_parser("train", help="distil answers, mine phrases and train a phrase head",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", default="default", help="target model (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="target precision for distillation")
-    p.add_argument("--data", action="append", metavar="FILE[:START:STOP]",
-                   required=True,
-                   help="training prompts (JSONL; repeatable), e.g. gsm8k_train.jsonl:0:1000")
-    p.add_argument("--max-new-tokens", type=positive_int, default=256)
-    p.add_argument("--gen-batch", type=int, default=16, help="distillation batch size")
-    p.add_argument("--rows", type=int, default=8000, help="draft-vocabulary row budget")
-    p.add_argument("--max-words", type=int, default=3)
-    p.add_argument("--chain-width", type=int, default=4, help="next rows kept per row in the chain table")
-    p.add_argument("--layers", default="-1", help="hidden-state layers the head reads, comma-separated")
-    p.add_argument("--feature-layers", default="-1,8,16,24",
-                   help="hidden states kept during distillation (saves a prefill stage)")
-    p.add_argument("--inner", type=int, default=1024)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--store-dtype", default="fp16", choices=["fp16", "fp32"])
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--recipe", metavar="FILE", default=None,
+                   help="a head's recipe (e.g. assistant/runtime/data/heads/SmolLM2-135M-Instruct.recipe.toml)")
+    p.add_argument("--data", action="append", metavar="DIR | FILE[:START:STOP]", required=True,
+                   help="with --recipe: the folder holding its data sets; without: training prompts "
+                        "(JSONL; repeatable), e.g. gsm8k_train.jsonl:0:1000")
+    for flag, (field, kind, text) in FLAGS.items():
+        shown = ",".join(map(str, defaults[field])) if isinstance(defaults[field], tuple) else defaults[field]
+        p.add_argument(flag, dest=field, type=kind, default=None, choices=CHOICES.get(flag),
+                       help=f"{text} (default: the recipe's, else {shown})")
     p.add_argument("--workdir", default=None, help="stage outputs (default: user cache dir /train/<target>)")
-    p.add_argument("--out", default=None, help="artifact path")
+    p.add_argument("--out", default=None, help="artifact path (default: the recipe's artifact)")
+    p.add_argument("--no-tune", action="store_true", help="with --recipe: keep the drafter's default tree shape")
     p.add_argument("--distill-only", action="store_true",
-                   help="stop after distilling the answers (e.g. held-out ones for scripts/tune_drafter.py)")
+                   help="stop after distilling the answers (with --recipe: the held-out ones too)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
 
 def config_from_args(args: argparse.Namespace):
-    from assistant.adapt.pipeline import TrainConfig
+    """(TrainConfig, TuneConfig or None) for the parsed flags: the recipe's, with the explicit flags over it."""
+    from assistant.adapt.pipeline import TrainConfig, TrainError
 
-    return TrainConfig(
-        target=args.target, dtype=args.dtype, sources=tuple(_source(s) for s in args.data),
-        max_new_tokens=args.max_new_tokens, gen_batch=args.gen_batch, rows=args.rows, max_words=args.max_words,
-        chain_width=args.chain_width, layers=tuple(int(x) for x in args.layers.split(",")),
-        feature_layers=tuple(int(x) for x in args.feature_layers.split(",")), inner=args.inner,
-        width=args.width, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, seed=args.seed,
-        store_dtype=args.store_dtype, workdir=args.workdir, out=args.out, threads=args.threads,
-        distill_only=args.distill_only)
+    given = {field: getattr(args, field) for field, _, _ in FLAGS.values() if getattr(args, field) is not None}
+    common = {"workdir": args.workdir, "distill_only": args.distill_only}
+    if args.recipe is None:
+        if args.no_tune:
+            raise TrainError("--no-tune goes with --recipe")
+        return TrainConfig(sources=tuple(_source(s) for s in args.data), out=args.out, **common, **given), None
+    from assistant.adapt.recipe import load_recipe
+
+    if len(args.data) != 1 or not Path(args.data[0]).is_dir():
+        raise TrainError(f"with --recipe, --data names the one folder holding the recipe's data sets, "
+                         f"got {' '.join(args.data)}")
+    recipe = load_recipe(args.recipe, args.data[0])
+    out = args.out or str(recipe.artifact)
+    return replace(recipe.train, out=out, **common, **given), None if args.no_tune else recipe.tune
 
 
 def run(args: argparse.Namespace) -> int:
     from assistant.adapt.pipeline import run_pipeline
     from assistant.runtime.head import load_artifact
 
-    config = config_from_args(args)
-    out = run_pipeline(config)
+    config, tune = config_from_args(args)
+    out = run_pipeline(config, tune=tune)
     if config.distill_only:
         print(json.dumps({"answers": str(out)}) if args.json else out)
     elif args.json:

@@ -91,7 +91,7 @@ def test_train_write_load_and_simulation_matches_decode(tiny_llama, table, tmp_p
     path = write_artifact(tmp_path / "h.safetensors", head, vocab, chain, {"target": "tiny-llama"})
     assert path.stat().st_mode & 0o077 == 0 and not list(tmp_path.glob(".h.safetensors*"))  # private, no temp left
     art = load_artifact(path)
-    assert art.meta["rows"] == len(vocab) and art.meta["hidden_size"] == 32 and "date" in art.meta
+    assert art.meta["rows"] == len(vocab) and art.meta["hidden_size"] == 32 and "date" not in art.meta
     assert torch.equal(art.extra["chain"].long(), chain)
     # offline simulation == the real decode loop (fp32: same tokens, same passes)
     drafter = PhraseDrafter.from_artifact(art, tiny_llama.model.get_input_embeddings(), top_k=4)
@@ -122,3 +122,33 @@ def test_generation_features_equal_prefill_features(tiny_llama, tmp_path):
     order_f = sorted(range(len(f.roots)), key=lambda k: (int(f.seq[k]), int(f.pos[k])))
     assert torch.equal(g.roots[order_g], f.roots[order_f])
     assert torch.allclose(g.feats[order_g].float(), f.feats[order_f].float(), atol=2e-2, rtol=1e-2)
+
+
+def test_written_artifact_is_canonical_bytes(tiny_llama, table, tmp_path):
+    """The safetensors writer emits metadata in hash-map order (it changes per process and per map):
+    write_artifact sorts it, so the same head, vocabulary and metadata always give the same bytes."""
+    from safetensors.torch import save
+
+    from assistant.adapt.train import canonical_safetensors
+    from assistant.runtime.head import HeadConfig, PhraseHead
+
+    torch.manual_seed(0)
+    vocab = DraftVocab()
+    for r in [(5, 6), (7,), (8, 9, 10)]:
+        vocab.add(r, table.text_of(r))
+    head = PhraseHead(HeadConfig(hidden_size=32, feature_layers=(-1,), inner=16, width=8), vocab.capacity)
+    meta = {f"k{i}": i for i in range(12)}
+    a = write_artifact(tmp_path / "a.safetensors", head, vocab, None, meta).read_bytes()
+    c = write_artifact(tmp_path / "c.safetensors", head, vocab, None, meta).read_bytes()
+    assert a == c
+    raw = save({f"t{i}": torch.full((i + 1,), float(i)) for i in range(9)}, metadata={f"m{i}": "é\n" for i in range(9)})
+    canon = canonical_safetensors(raw)
+    assert canon == canonical_safetensors(canon)
+    n = int.from_bytes(canon[:8], "little")
+    assert n % 8 == 0 and canon[8 + n:] == raw[-len(canon[8 + n:]):]          # tensors aligned and untouched
+    assert list(json.loads(canon[8:8 + n])["__metadata__"]) == sorted(f"m{i}" for i in range(9))
+    (tmp_path / "c.st").write_bytes(canon)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "c.st"), framework="pt") as f:
+        assert f.metadata() == {f"m{i}": "é\n" for i in range(9)} and torch.equal(f.get_tensor("t8"), torch.full((9,), 8.0))
+    assert load_artifact(tmp_path / "a.safetensors").meta.items() >= meta.items()

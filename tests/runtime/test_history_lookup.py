@@ -1,0 +1,40 @@
+"""AnswerIndex / HistoryDrafter: longest match first, bounded memory, no proposal without a match."""
+from __future__ import annotations
+
+from assistant.runtime.decode import DraftContext
+from assistant.runtime.history_lookup import SEP, AnswerIndex, HistoryDrafter
+
+
+def test_longest_match_first_then_newest():
+    idx = AnswerIndex.from_answers([[1, 2, 3, 4, 5, 6], [9, 2, 3, 4, 7, 8], [0, 3, 4, 70]])
+    # context ...1 2 3 4: the first answer matches 4 tokens, the second 3, the third 2 (< min_match)
+    assert idx.lookup([1, 2, 3, 4], length=2, matches=3) == [[5, 6], [7, 8]]
+    # context ...9 2 3 4: now the second answer is the longest match
+    assert idx.lookup([9, 2, 3, 4], length=2, matches=1) == [[7, 8]]
+
+
+def test_continuations_stop_at_the_end_of_an_answer():
+    idx = AnswerIndex.from_answers([[1, 2, 3, 4], [5, 6]])
+    assert idx.lookup([1, 2, 3], length=8) == [[4]]
+    assert idx.lookup([2, 3, 4], length=8) == []          # nothing follows within that answer
+
+
+def test_no_match_no_proposal():
+    d = HistoryDrafter(AnswerIndex.from_answers([[1, 2, 3, 4]]))
+    assert d.propose(DraftContext(ids=[7, 8, 9], root=9, features=None, max_nodes=8)) == []
+    assert d.propose(DraftContext(ids=[7, 1, 2, 3], root=3, features=None, max_nodes=8)) == [[4]]
+
+
+def test_depth_is_capped_by_the_tree_width():
+    d = HistoryDrafter(AnswerIndex.from_answers([list(range(40))]), length=16)
+    assert d.propose(DraftContext(ids=[0, 1, 2], root=2, features=None, max_nodes=5)) == [[3, 4, 5, 6]]
+
+
+def test_the_oldest_answers_go_first_when_full():
+    idx = AnswerIndex(max_tokens=10)
+    for ans in ([1, 2, 3], [4, 5, 6], [7, 8, 9]):
+        idx.add(ans)
+    assert len(idx) <= 10 and idx.answers == 2
+    assert idx.lookup([1, 2, 3]) == [] and idx.lookup([4, 5], min_match=2) == [[6]]
+    assert list(idx._arr).count(SEP) == idx.answers
+    assert len(AnswerIndex.from_answers([[1] * 6, [2] * 6], max_tokens=10)) == 7   # newest kept

@@ -30,13 +30,13 @@ import torch
 from assistant.runtime.engine import Cancelled, EagerEngine
 from assistant.runtime.textstream import TextStream
 from assistant.runtime.tree import Tree, accept, build_tree
-from assistant.runtime.width import WidthController
+from assistant.runtime.width import DEFAULT_WIDTH, WidthController
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
     max_new_tokens: int = 256
-    max_nodes: int = 16            # verify width: tree nodes per pass, root included
+    max_nodes: int = DEFAULT_WIDTH  # verify width: tree nodes per pass, root included
     stop_strings: tuple[str, ...] = ()
     ignore_eos: bool = False       # decode past EOS (tests force long runs this way)
     eos_token_ids: tuple[int, ...] | None = None  # None: the target's own

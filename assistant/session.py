@@ -6,7 +6,7 @@ default head for the target if one exists, else prompt lookup only). `answer(mes
 streams `assistant.runtime.decode.Step`s for one assistant turn, using phrase speculation
 (or greedy decoding when `config.method == "greedy"`). `swap_head(path)` replaces
 the head between answers. With engine "auto" and no saved compiled engine yet, `load`
-starts building it in a background process (assistant.runtime.precompile) and answers on the
+starts building it in a background process (assistant.runtime.background) and answers on the
 eager engine; the compiled one is switched in between answers once it is ready
 (`maybe_upgrade_engine`), so no start waits on the compiler. All torch imports happen
 inside methods so that importing this module stays cheap. The tree width of the answers is
@@ -86,7 +86,7 @@ class Session:
         self.swap_head(self.config.head_path)
         kind, state, path = self.config.engine, "", None
         if kind == "auto":
-            from assistant.runtime.precompile import background_state, failed_reason, start_build
+            from assistant.runtime.background import background_state, failed_reason, start_build
 
             state, path = background_state(self.target, self._feature_layers())
             if state == "failed":
@@ -134,7 +134,7 @@ class Session:
         path = self.pending_engine
         if path is None:
             return False
-        from assistant.runtime.precompile import failed_reason, ready
+        from assistant.runtime.background import failed_reason, ready
 
         if failed_reason(path) is not None:
             self.pending_engine = None

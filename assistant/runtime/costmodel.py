@@ -49,7 +49,7 @@ def verify_costs(target, widths: Sequence[int] = WIDTHS, layout: str | None = No
                  repeats: int = 9, engine=None) -> dict[int, float]:
     """{width: median seconds of one verify forward} in `layout` (None: as the target is) on `engine`
     (assistant.runtime.engine; None: eager). A compiled engine is measured in its own layout only."""
-    from assistant.runtime.engine import EagerEngine
+    from assistant.runtime.eager import EagerEngine
     from assistant.runtime.tree import build_tree
 
     engine = engine or EagerEngine(target.model)

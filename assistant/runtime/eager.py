@@ -40,12 +40,15 @@ class Cancelled(Exception):
 
 
 def check_cancel(cancel: Callable[[], bool] | None) -> None:
+    """Raise Cancelled when `cancel()` says stop (polled between prefill chunks)."""
     if cancel is not None and cancel():
         raise Cancelled
 
 
 def stack_features(hidden_states, layers: Sequence[int], index) -> torch.Tensor | None:
+    """The hidden states of `layers` at positions `index` of the batch's only row ([Lf, ...]; None without)."""
     return torch.stack([hidden_states[i][0, index] for i in layers]) if layers else None
+
 
 class EagerEngine:
     """transformers' DynamicCache and eager forward: the reference and the fallback."""

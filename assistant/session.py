@@ -6,10 +6,12 @@ default head for the target if one exists, else prompt lookup only). `answer(mes
 streams `assistant.runtime.decode.Step`s for one assistant turn, using phrase speculation
 (or greedy decoding when `config.method == "greedy"`). `swap_head(path)` replaces
 the head between answers. With engine "auto" and no saved compiled engine yet, `load`
-starts building it in a background process (assistant.runtime.precompile) and answers on the
+starts building it in a background process (assistant.runtime.background) and answers on the
 eager engine; the compiled one is switched in between answers once it is ready
 (`maybe_upgrade_engine`), so no start waits on the compiler. All torch imports happen
-inside methods so that importing this module stays cheap.
+inside methods so that importing this module stays cheap. The tree width of the answers is
+assistant.runtime.width.plan_width's: the config's tree_width (lowered by the memory budget when
+planned from a profile) caps every pass, and with auto width the cost model's plan starts it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from assistant.runtime.width import DEFAULT_WIDTH, plan_width
+
 
 @dataclass(frozen=True)
 class SessionConfig:
@@ -25,7 +29,7 @@ class SessionConfig:
     dtype: str = "auto"              # auto | fp32 | bf16 | int8 (assistant.runtime.budget.resolve_dtype)
     device: str = "auto"
     max_new_tokens: int = 512
-    tree_width: int = 16             # most verify nodes per pass, root included (the memory budget's cap)
+    tree_width: int = DEFAULT_WIDTH  # most verify nodes per pass, root included (the memory budget's cap)
     auto_width: bool = True          # pick the width <= tree_width that is fastest on this device
     method: str = "phrase"           # phrase | greedy
     system_prompt: str = ""
@@ -80,10 +84,9 @@ class Session:
         progress(f"loading {self.config.target} ({self.config.dtype})", None)
         self.target = load_target(self.config.target, self.config.dtype, self.config.device, progress)
         self.swap_head(self.config.head_path)
-        self.width = self.config.tree_width
         kind, state, path = self.config.engine, "", None
         if kind == "auto":
-            from assistant.runtime.precompile import background_state, failed_reason, start_build
+            from assistant.runtime.background import background_state, failed_reason, start_build
 
             state, path = background_state(self.target, self._feature_layers())
             if state == "failed":
@@ -114,12 +117,10 @@ class Session:
                                    max_len=self.config.max_context, feature_layers=self._feature_layers())
         apply_plan(self.target, plan)
         self.engine = engine
-        if self.config.auto_width and self.config.method == "phrase":
-            from assistant.runtime.width import WidthController
-
-            self.width = plan.width
-            # one controller per engine: the width follows what the head banks on this user's text
-            self.width_ctl = WidthController(plan.costs[plan.layout], self.config.tree_width)
+        widths = plan_width(self.config.tree_width, verify=plan,
+                            auto=self.config.auto_width and self.config.method == "phrase")
+        # one controller per engine: the width follows what the head banks on this user's text
+        self.width, self.width_ctl = widths.start, widths.controller()
 
     def _measure_threads(self, progress: Callable[[str, float | None], None]) -> None:
         from assistant.runtime.threads import ThreadPolicy, calibrate
@@ -133,7 +134,7 @@ class Session:
         path = self.pending_engine
         if path is None:
             return False
-        from assistant.runtime.precompile import failed_reason, ready
+        from assistant.runtime.background import failed_reason, ready
 
         if failed_reason(path) is not None:
             self.pending_engine = None
@@ -188,8 +189,8 @@ class Session:
             raise ContextFullError(f"the conversation uses {len(ids):,} tokens and the context holds {context:,}: "
                                    "shorten it or start a new conversation")
         limit = min(limit, room)
-        cap = self.config.tree_width if self.width_ctl is not None else (self.width or self.config.tree_width)
-        cfg = DecodeConfig(max_new_tokens=limit, max_nodes=cap)
+        # the cap plan_width settled (the memory budget's, when planned); the controller picks below it
+        cfg = DecodeConfig(max_new_tokens=limit, max_nodes=self.config.tree_width)
         with self._lock:
             drafter = self.drafter
         if self.config.method == "greedy":
@@ -276,7 +277,7 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
 
         p = plan_session(sc.target, sc.dtype, cfg.memory_budget, tree_width=sc.tree_width, device=sc.device,
                          head_path=sc.head_path, head_rows=cfg.row_budget, max_context=sc.max_context)
-        sc = replace(sc, max_context=p.max_context, tree_width=min(sc.tree_width, p.tree_width))
+        sc = replace(sc, max_context=p.max_context, tree_width=plan_width(sc.tree_width, budget=p.tree_width).cap)
     return sc
 
 

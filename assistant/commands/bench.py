@@ -84,31 +84,37 @@ def run(args) -> int:
     target = load_target(target_spec, resolve_dtype(args.dtype))
     drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
     from assistant.runtime.costmodel import pick_engine
+    from assistant.runtime.width import DEFAULT_WIDTH, plan_width
 
     say = lambda s, f=None: print(f"[bench] {s}", file=sys.stderr)  # noqa: E731
     layers = tuple(getattr(drafter, "feature_layers", (-1,)))
-    engine, plan = pick_engine(target, 16, say, refresh=args.recalibrate, kind=args.engine, feature_layers=layers)
+    # the engine is the one "auto" picks over the default widths, also for a fixed --tree-width
+    engine, plan = pick_engine(target, DEFAULT_WIDTH, say, refresh=args.recalibrate, kind=args.engine,
+                               feature_layers=layers)
     from assistant.runtime.threads import ThreadPolicy, calibrate as calibrate_threads
 
     policy = ThreadPolicy(times={} if args.threads else calibrate_threads(target, engine, say), fixed=args.threads)
     threads = policy.apply()
     say(f"{threads} thread{'s' if threads > 1 else ''} ({'--threads' if args.threads else 'measured'}"
         f"{'' if args.threads or policy.last_busy is None else f', other processes busy on {policy.last_busy:.1f} cores'})")
-    width, layout, width_costs = args.tree_width, args.layout, ()
+    layout = args.layout
     if engine.name != "eager" and layout not in ("auto", engine.layout):
         print(f"assistant: the compiled engine runs {engine.layout} weights; --layout {layout} needs --engine eager",
               file=sys.stderr)
         return 2
-    if width is None:
-        layout = plan.layout if layout == "auto" else layout
-        width, width_costs = 16, tuple(sorted(plan.costs[layout].items()))
+    if layout == "auto" and args.tree_width is None:
+        layout = plan.layout                  # the measured best
+    elif layout == "auto":
+        layout = engine.layout if engine.name != "eager" else "out"      # as loaded
+    # no --tree-width: picked online per pass up to the default cap, from the costs in the layout used
+    widths = plan_width(args.tree_width, verify=plan, auto=args.tree_width is None, layout=layout)
+    width, width_costs = widths.cap, tuple(sorted(widths.costs.items()))
+    if width_costs:
         base = next(iter(plan.costs.values()))[1]
         first = next(iter(plan.costs))
         for lay, c in plan.costs.items():
             say(f"verify cost on the {engine.name} engine with {lay} weights, relative to 1 token with {first}: "
                 + ", ".join(f"w={w} x{s / base:.2f}" for w, s in sorted(c.items())))
-    elif layout == "auto":
-        layout = engine.layout if engine.name != "eager" else "out"
     say(f"engine {engine.name}; tree width {'picked online, at most ' if width_costs else ''}{width}, {layout} "
         f"weights for greedy and phrase (hf and pld run transformers' generate() on the weights as loaded)")
     cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=width,

@@ -35,6 +35,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from assistant.runtime.budget import DEFAULT_MIN_CONTEXT, BudgetError, plan
+    from assistant.runtime.width import DEFAULT_WIDTH
 
     target, dtype, memory, width, rows = args.target, args.dtype, args.memory, args.tree_width, args.head_rows
     if args.profile is not None:
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         rows = rows if rows is not None else cfg.row_budget
     if memory is None:
         raise BudgetError("give --memory SIZE (e.g. 8GiB), or a --profile with memory_budget set")
-    p = plan(target or "default", memory, dtype=dtype or "auto", device=args.device, tree_width=width or 16,
+    p = plan(target or "default", memory, dtype=dtype or "auto", device=args.device, tree_width=width or DEFAULT_WIDTH,
              min_context=args.min_context or DEFAULT_MIN_CONTEXT, head_rows=8000 if rows is None else rows)
     if args.json:
         print(json.dumps(p.to_dict(), indent=2))

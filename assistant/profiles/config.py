@@ -23,7 +23,6 @@ truncated one. The file layout:
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -31,28 +30,10 @@ from typing import Any, Mapping
 
 from assistant.profiles.atomic import atomic_write_text
 from assistant.profiles.errors import ProfileError
+from assistant.runtime.sizes import parse_size
+from assistant.runtime.width import DEFAULT_WIDTH
 
 DTYPES = ("auto", "fp32", "bf16", "int8")
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str | int) -> int:
-    """'8GiB', '512 MiB', '1.5GB', 1024 -> bytes. Raises ValueError."""
-    if isinstance(text, bool):
-        raise ValueError(f"not a size: {text!r}")
-    if isinstance(text, int):
-        if text <= 0:
-            raise ValueError(f"size must be positive: {text}")
-        return text
-    m = _SIZE_RE.match(str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (write e.g. 8GiB, 512MiB, 6GB)")
-    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if n <= 0:
-        raise ValueError(f"size must be positive: {text!r}")
-    return n
 
 
 @dataclass(frozen=True)
@@ -60,7 +41,7 @@ class ProfileConfig:
     target: str = "default"
     dtype: str = "auto"
     memory_budget: str | None = None
-    tree_width: int = 16
+    tree_width: int = DEFAULT_WIDTH
     max_new_tokens: int = 512
     system_prompt: str = ""
     keep_versions: int = 5

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from assistant.runtime.layout import set_layout
-from assistant.runtime.width import WidthController
+from assistant.runtime.width import DEFAULT_WIDTH, WidthController
 from assistant.runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
@@ -33,7 +33,7 @@ LLAMACPP = {"llamacpp": "BF16", "llamacpp_q4": "Q4_1"}    # method -> GGUF of th
 class BenchConfig:
     max_new_tokens: int = 128
     methods: tuple[str, ...] = METHODS
-    tree_width: int = 16
+    tree_width: int = DEFAULT_WIDTH
     pld_tokens: int = 10
     ignore_eos: bool = False
     layout: str = "out"            # assistant.runtime.layout of the weights for greedy and phrase (hf, pld: as loaded)

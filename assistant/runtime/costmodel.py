@@ -4,13 +4,13 @@ Contract: `verify_costs(target, widths, layout)` times one tree-verify forward o
 width w on top of a 128-token KV cache (median of 9, the widths taken in turn) with the target's
 linear weights in `layout` (assistant.runtime.layout) and returns {w: seconds}. `choose(costs)`
 picks the (layout, width) that maximises expected tokens per second, E(w) / t(w), with
-E(w) = 1 + 0.55 ln w: tokens per pass of the phrase drafter measured on GSM8K test
-prompts with 3, 5, 8 and 16 nodes (1.58, 1.88, 2.18, 2.5). `calibrate(target, cap)`
+E(w) = 1 + 0.55 ln w (assistant.runtime.width.expected_tokens_per_pass). `calibrate(target, cap)`
 does both once per model, dtype, device and machine, caches the measurement as JSON
 under the user cache directory, and returns a `VerifyPlan`; `apply_plan` puts the
 target in the plan's layout. Each engine (assistant.runtime.engine) has its own measurement;
 `pick_engine(target, kind="auto")` builds the compiled engine and keeps whichever engine
-expects more tokens per second, so "auto" is decided by the same cached numbers. A compiled
+expects more tokens per second, so "auto" is decided by the same cached numbers; `runtime_width(target,
+cap)` is the width such a runtime starts at (assistant.runtime.width.plan_width over `runtime_plan`). A compiled
 engine's measurement carries its `tag` (its saved forward's key: a changed engine is measured
 again), and a measurement taken while other processes kept a core busy is used but not cached. Why measure: on one 2-core CPU a 16-node verify cost
 x1.7 of a 1-token forward, on another x3.6 (w=3 cost x1.1 there), and the [in, out]
@@ -20,7 +20,6 @@ The target is left in the layout it came in.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import time
@@ -32,6 +31,7 @@ import torch
 
 from assistant.runtime.fetch import cache_dir
 from assistant.runtime.layout import LAYOUTS, layout_of, set_layout
+from assistant.runtime.width import DEFAULT_WIDTH, expected_tokens_per_pass, plan_width
 
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
 CACHE_VERSION = 2
@@ -44,16 +44,12 @@ class VerifyPlan:
     costs: dict[str, dict[int, float]] = field(default_factory=dict)   # layout -> width -> seconds
 
 
-def expected_tokens_per_pass(width: int) -> float:
-    return 1.0 + 0.55 * math.log(max(width, 1))
-
-
 @torch.inference_mode()
 def verify_costs(target, widths: Sequence[int] = WIDTHS, layout: str | None = None, prefix: int = 128,
                  repeats: int = 9, engine=None) -> dict[int, float]:
     """{width: median seconds of one verify forward} in `layout` (None: as the target is) on `engine`
     (assistant.runtime.engine; None: eager). A compiled engine is measured in its own layout only."""
-    from assistant.runtime.engine import EagerEngine
+    from assistant.runtime.eager import EagerEngine
     from assistant.runtime.tree import build_tree
 
     engine = engine or EagerEngine(target.model)
@@ -114,7 +110,7 @@ def layouts_for(target, engine=None) -> tuple[str, ...]:
     return LAYOUTS if packing_supported(target.model) else tuple(lay for lay in LAYOUTS if lay != "packed")
 
 
-def calibrate(target, cap: int = 16, progress=None, refresh: bool = False, engine=None) -> VerifyPlan:
+def calibrate(target, cap: int = DEFAULT_WIDTH, progress=None, refresh: bool = False, engine=None) -> VerifyPlan:
     """The plan to use (width <= cap) on `engine` (None: eager), from a cached or fresh measurement of
     this device; `refresh` measures again (a measurement taken while the machine was busy would
     otherwise stick)."""
@@ -159,10 +155,10 @@ def expected_speed(plan: VerifyPlan) -> float:
     return expected_tokens_per_pass(plan.width) / plan.costs[plan.layout][plan.width]
 
 
-def runtime_plan(target, cap: int = 16) -> VerifyPlan:
+def runtime_plan(target, cap: int = DEFAULT_WIDTH) -> VerifyPlan:
     """The plan "auto" would use, from the cached measurements alone (nothing is compiled): the compiled
     engine's when it was measured on this machine and expects more tokens per second, else the eager
-    one's (measured now if not cached). The adapter judges heads at this plan's width."""
+    one's (measured now if not cached)."""
     plan = calibrate(target, cap)
     path = Path(cache_dir()) / "costmodel" / f"{_key(target, 'compiled')}.json"
     costs = _read(path)
@@ -174,7 +170,13 @@ def runtime_plan(target, cap: int = 16) -> VerifyPlan:
     return plan
 
 
-def pick_engine(target, cap: int = 16, progress=None, refresh: bool = False, kind: str = "auto",
+def runtime_width(target, cap: int = DEFAULT_WIDTH) -> int:
+    """The verify width a session with auto engine and auto width starts at on this device (<= cap), from
+    the cached measurements alone: what the adapter judges a head at."""
+    return plan_width(cap, verify=runtime_plan(target, cap)).start
+
+
+def pick_engine(target, cap: int = DEFAULT_WIDTH, progress=None, refresh: bool = False, kind: str = "auto",
                 max_len: int | None = None, feature_layers=(-1,)):
     """(engine, plan): `kind` "eager" or "compiled", or "auto" = the one with the most expected tokens
     per second on this device by the cached cost measurements of both (the compiled engine is built,

@@ -10,7 +10,7 @@ would stop, also in the middle of an accepted run. `cancel()` is polled between
 passes and between the prompt's prefill chunks. `greedy_generate` is the plain one-token reference on the same cache code.
 A `assistant.runtime.width.WidthController` may pick each pass's tree width (<= max_nodes);
 the output never depends on it, only the time does. The target's forwards run on a
-`assistant.runtime.engine` engine (eager by default, the reference); an engine whose cache is
+`assistant.runtime.engine` engine (eager by default, the reference: assistant.runtime.eager); an engine whose cache is
 full for this answer (the budget's context) ends it with finish "length", never with a
 wrong token.
 
@@ -27,16 +27,16 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import torch
 
-from assistant.runtime.engine import Cancelled, EagerEngine
+from assistant.runtime.eager import Cancelled, EagerEngine
 from assistant.runtime.textstream import TextStream
 from assistant.runtime.tree import Tree, accept, build_tree
-from assistant.runtime.width import WidthController
+from assistant.runtime.width import DEFAULT_WIDTH, WidthController
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
     max_new_tokens: int = 256
-    max_nodes: int = 16            # verify width: tree nodes per pass, root included
+    max_nodes: int = DEFAULT_WIDTH  # verify width: tree nodes per pass, root included
     stop_strings: tuple[str, ...] = ()
     ignore_eos: bool = False       # decode past EOS (tests force long runs this way)
     eos_token_ids: tuple[int, ...] | None = None  # None: the target's own

@@ -3,7 +3,8 @@
 Contract: `build_drafter(target, path)` returns (drafter, info). With `path` it
 loads that head artifact; with None it loads the head shipped for the target
 (assistant/runtime/data/heads/<target name>.safetensors) when one exists. The phrase head
-is combined with in-context prompt lookup in one tree. A head whose hidden size
+is combined with in-context prompt lookup in one tree (assistant.runtime.drafters.artifact_drafter);
+without a head, prompt lookup drafts alone. A head whose hidden size
 does not match the target raises ValueError naming the file.
 """
 from __future__ import annotations
@@ -20,20 +21,18 @@ def shipped_head(target_name: str) -> Path | None:
 
 
 def build_drafter(target, path: str | Path | None = None, top_k: int | None = None) -> tuple[Any, dict[str, Any]]:
-    from assistant.runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
+    from assistant.runtime.drafters import PromptLookupDrafter, artifact_drafter
     from assistant.runtime.head import load_artifact
 
     path = Path(path) if path else shipped_head(target.name)
-    lookup = PromptLookupDrafter()
     if path is None:
-        return lookup, {"head": None, "drafter": "prompt-lookup"}
+        return PromptLookupDrafter(), {"head": None, "drafter": "prompt-lookup"}
     art = load_artifact(path)
     if art.head.config.hidden_size != target.hidden_size:
         raise ValueError(f"{path}: head reads hidden size {art.head.config.hidden_size}, "
                          f"target {target.name} has {target.hidden_size}")
     head = art.head.to(target.device)
     kw = {"top_k": top_k} if top_k is not None else {}   # else the artifact's measured setting, else 6
-    phrase = PhraseDrafter.from_artifact(art, target.model.get_input_embeddings(), **kw)
     info = {"head": str(path), "drafter": "phrase+prompt-lookup", **head.describe(target.num_parameters),
             "meta": art.meta}
-    return UnionDrafter(phrase, lookup), info
+    return artifact_drafter(art, target.model.get_input_embeddings(), **kw), info

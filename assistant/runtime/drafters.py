@@ -10,6 +10,9 @@ never trusts a proposal: correctness does not depend on the drafter.
 - PromptLookupDrafter: copies what followed the latest earlier occurrence of the
   context's last n-gram (the prompt-lookup idea, inside our tree).
 - UnionDrafter: merges several drafters' candidates into one tree.
+- `artifact_drafter(art, embeddings, **phrase)`: THE drafter the runtime builds from a head
+  artifact (its phrase drafter with prompt lookup, in one tree); whatever judges a head
+  (the adapter, tuning scripts) builds it here so it judges what will run.
 - OracleDrafter / AdversarialDrafter: test drafters that know the reference answer.
 """
 from __future__ import annotations
@@ -245,3 +248,9 @@ class UnionDrafter(_Base):
                      for s in tree.source]
             sub = Tree(tree.tokens, tree.parents, tree.depths, tree.children, local)
             d.observe(sub, path)
+
+
+def artifact_drafter(art: Artifact, embeddings: torch.nn.Module, **phrase) -> UnionDrafter:
+    """The drafter the runtime runs for a head artifact: PhraseDrafter.from_artifact (the artifact's stored
+    tree shape, unless `phrase` settings such as top_k override it) with prompt lookup, in one tree."""
+    return UnionDrafter(PhraseDrafter.from_artifact(art, embeddings, **phrase), PromptLookupDrafter())

@@ -21,19 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import save, save_file
 from torch import nn
 
+from assistant.runtime.headconfig import HeadConfig
 from assistant.runtime.vocab import DraftVocab
-
-
-@dataclass(frozen=True)
-class HeadConfig:
-    hidden_size: int                       # target hidden size H
-    feature_layers: tuple[int, ...] = (-1,)  # which hidden_states the head reads (fused by concatenation)
-    inner: int = 1024                      # MLP inner width
-    width: int = 256                       # input width of the output layer (row cost = width + 1)
-
-    @property
-    def in_dim(self) -> int:
-        return self.hidden_size * (len(self.feature_layers) + 1)
 
 
 class PhraseHead(nn.Module):
@@ -82,7 +71,7 @@ class PhraseHead(nn.Module):
 
     def describe(self, target_params: int | None = None) -> dict[str, Any]:
         n = self.parameter_count()
-        out = {"parameters": n, "rows": self.rows, "params_per_row": self.config.width + 1}
+        out = {"parameters": n, "rows": self.rows, "params_per_row": self.config.row_params}
         if target_params:
             out["share_of_target"] = n / target_params
         return out

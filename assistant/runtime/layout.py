@@ -289,7 +289,7 @@ def packed_columns(model) -> list[tuple[int, int, int]]:
 
 def start_keys_at(first: int) -> None:
     """Number the next packed linears from `first` on: a process that compiles a graph for another
-    process's model (assistant.runtime.precompile) gives its copy the same keys, which the graph bakes in."""
+    process's model (assistant.runtime.background) gives its copy the same keys, which the graph bakes in."""
     global _next_key
     if _PACKED and first < _next_key:
         raise ValueError(f"packed keys below {_next_key} are in use in this process")

@@ -5,8 +5,9 @@ eval mode with gradients off. `spec` is "default" (the embedded SmolLM2-135M-
 Instruct, fetched on first use by assistant.runtime.fetch), a local checkpoint directory,
 or a model id such as "Qwen/Qwen3-4B" resolved by transformers (its local cache
 only when no hub is reachable). dtype is "fp32", "bf16" or "int8" (bitsandbytes
-8-bit, CUDA only). `load_model(path, dtype, device)` is the model half alone, for a
-checkpoint without a tokenizer (scripts/verify_cost_table.py). Any failure to find or
+8-bit, CUDA only); device "auto" is settled by assistant.runtime.budget.resolve_device, as
+the memory planner settles it. `load_model(path, dtype, device)` is the model half alone,
+for a checkpoint without a tokenizer (scripts/verify_cost_table.py). Any failure to find or
 load raises ModelFetchError with one line.
 """
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 
 import torch
 
+from assistant.runtime.budget import resolve_device
 from assistant.runtime.fetch import (DEFAULT_ALIASES, DEFAULT_NAME, ModelFetchError, Progress, ensure_default_model,
-                           stderr_progress)
+                                     stderr_progress)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -64,12 +66,6 @@ class Target:
         return tok(text)["input_ids"]
 
 
-def resolve_device(device: str = "auto") -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 def _first_line(e: Exception) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
@@ -108,7 +104,7 @@ def load_target(spec: str = "default", dtype: str = "fp32", device: str = "auto"
     """Load the target named by `spec` (see module docstring)."""
     from transformers import AutoTokenizer
 
-    dev = resolve_device(device)
+    dev = torch.device(resolve_device(device))
     if spec.lower() in DEFAULT_ALIASES:
         path: str = str(ensure_default_model(progress))
         name = DEFAULT_NAME

@@ -1,6 +1,18 @@
-"""Online verify-width control: the tree width that pays off for the text being written now.
+"""Tree width: how many nodes a verify pass may hold, decided here for every caller.
 
-Contract: `WidthController(costs, cap)` takes the measured seconds of one verify forward
+Contract: `plan_width(asked, budget=, verify=, auto=, layout=)` returns the `WidthPlan` a runtime
+uses: `cap` = the width asked for (a profile's tree_width, a --tree-width flag; None:
+DEFAULT_WIDTH), lowered to what the memory budget fits (`budget`: assistant.runtime.budget's
+plan.tree_width); with `auto` and a cost-model plan (`verify`: assistant.runtime.costmodel.VerifyPlan,
+measured up to the cap) the width starts at the plan's choice (`start`) and a `WidthController` over
+the measured costs (`controller()`) picks each pass's width online up to the cap; else every pass
+uses the cap. `fit_width(asked, fits)` is the budget's search: the largest of asked, asked/2, ... 1
+that fits. `expected_tokens_per_pass(w)` is the prior E(w) = 1 + 0.55 ln w both the cost model and the
+controller use. A head artifact's stored `max_nodes` (assistant.runtime.drafters.PhraseDrafter) is
+not a width: it bounds the phrase drafter's own nodes inside a tree of the width decided here.
+No torch and nothing heavy is imported, so the budget planner and the profile settings use it too.
+
+Online control: `WidthController(costs, cap)` takes the measured seconds of one verify forward
 per width ({w: s}, assistant.runtime.costmodel, in the weight layout in use) and picks the width
 of every pass: `next_width()` before it, `observe(path, width)` after it, with the
 accepted path (tree node indices, root first) of a pass verified at `width`.
@@ -9,7 +21,7 @@ From one pass at width w it learns what every measured width w' <= w would have
 banked: tree nodes are inserted best first and parents before children, so the first
 w' nodes are the tree of width w', and the accepted nodes that lie below w' are what
 it would have kept. It keeps decayed means of drafted tokens per width (the prior E(w)
-of assistant.runtime.costmodel counted as `prior_weight` observations) and picks the width with
+counted as `prior_weight` observations) and picks the width with
 the most expected tokens per second, (1 + drafted(w')) / t(w'). Why online: the prior
 comes from GSM8K, where a 16-node tree banks 2.5 tokens a pass; on MT-Bench the same head
 banked 1.46 at 16 nodes, and the fixed width that wins on one costs on the other.
@@ -25,7 +37,25 @@ the time in bf16 on a CPU where a 16-node verify costs x3.4.
 """
 from __future__ import annotations
 
-from assistant.runtime.costmodel import expected_tokens_per_pass
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+DEFAULT_WIDTH = 16        # most verify nodes per pass, root included, when nothing asks for another
+
+
+def expected_tokens_per_pass(width: int) -> float:
+    """The prior E(w): tokens per pass of the phrase drafter at width w, measured on GSM8K test prompts
+    with 3, 5, 8 and 16 nodes (1.58, 1.88, 2.18, 2.5)."""
+    return 1.0 + 0.55 * math.log(max(width, 1))
+
+
+def fit_width(asked: int, fits: Callable[[int], bool]) -> int:
+    """The largest of asked, asked // 2, ... that `fits`; 1 when none above 1 does."""
+    width = max(1, asked)
+    while width > 1 and not fits(width):
+        width //= 2
+    return width
 
 
 class WidthController:
@@ -84,3 +114,26 @@ class WidthController:
 
     def summary(self) -> dict[str, float]:
         return {str(w): round(self.drafted(w) + 1.0, 3) for w in self.widths}
+
+
+@dataclass(frozen=True)
+class WidthPlan:
+    cap: int                                   # most nodes a verify pass may hold, root included
+    start: int                                 # the width in use before any online choice
+    costs: Mapping[int, float] = field(default_factory=dict)   # seconds per width; empty: fixed at the cap
+
+    def controller(self) -> WidthController | None:
+        """A fresh online controller over the measured costs (None: every pass uses the cap)."""
+        return WidthController(dict(self.costs), self.cap) if self.costs else None
+
+
+def plan_width(asked: int | None = None, *, budget: int | None = None, verify: Any = None, auto: bool = True,
+               layout: str | None = None) -> WidthPlan:
+    """The tree width a runtime uses (see the module docstring). `verify` is a cost-model plan (width,
+    layout, costs per layout); its costs are taken in `layout` (None: the plan's own)."""
+    cap = DEFAULT_WIDTH if asked is None else asked
+    if budget is not None:
+        cap = min(cap, budget)
+    if verify is None or not auto:
+        return WidthPlan(cap=cap, start=cap)
+    return WidthPlan(cap=cap, start=verify.width, costs=dict(verify.costs[layout or verify.layout]))

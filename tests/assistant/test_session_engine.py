@@ -44,7 +44,7 @@ def test_first_answers_eager_then_compiled_after_the_background_build(checkpoint
     first = [t for step in s.answer(msgs) for t in step.tokens]
     assert s.info()["engine_building"] or s.engine.name == "compiled"
     deadline = time.time() + 600
-    from assistant.runtime.precompile import ready
+    from assistant.runtime.background import ready
 
     while not ready(s.pending_engine) and time.time() < deadline:
         time.sleep(1)

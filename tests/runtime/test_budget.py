@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from assistant.runtime.budget import (BudgetError, estimate, format_size, load_shape, parse_size, plan, plan_session,
-                            require)
+from assistant.runtime.budget import BudgetError, estimate, plan, plan_session, require
+from assistant.runtime.shapes import load_shape
+from assistant.runtime.sizes import format_size, parse_size
 
 GiB = 2**30
 REPO = Path(__file__).resolve().parents[2]
@@ -84,10 +85,24 @@ def test_local_config_dir(tmp_path):
 
 def test_sizes():
     assert parse_size("8GiB") == 8 * GiB and parse_size("6GB") == 6 * 10**9
-    with pytest.raises(BudgetError):
+    with pytest.raises(ValueError):
         parse_size("8 bananas")
+    with pytest.raises(BudgetError, match="not a memory size"):      # the planner's one-line error
+        plan("default", "8 bananas")
     with pytest.raises(BudgetError):
         plan("default", "1GiB", dtype="fp16")
+
+
+def test_head_term_counts_the_head_module():
+    """The budget charges what assistant.runtime.headconfig counts, and that is what PhraseHead holds."""
+    from assistant.runtime.head import HeadConfig, PhraseHead
+
+    cfg = HeadConfig(hidden_size=64)
+    assert cfg.parameter_count(50) == PhraseHead(cfg, 50).parameter_count()
+    shape = load_shape("default")
+    p = plan(shape, "2GiB", dtype="bf16", device="cpu", head_rows=8000)
+    assert p.terms["head"] == HeadConfig(hidden_size=shape.hidden).memory_bytes(8000)
+    assert plan(shape, "2GiB", dtype="bf16", device="cpu", head_rows=0).terms["head"] == 0
 
 
 def test_plan_session_uses_head_file(tmp_path):
@@ -189,3 +204,18 @@ def test_auto_dtype_follows_native_bf16(tmp_path, monkeypatch):
     monkeypatch.setattr(budget, "cpu_has_native_bf16", lambda: True)
     assert budget.resolve_dtype("auto", "cpu") == "bf16"
     assert budget.resolve_dtype("auto", "cuda") == "bf16"
+
+
+def test_one_device_answer(monkeypatch):
+    """The planner and the loader settle device "auto" with the same function: torch's answer once torch is
+    imported (the loader), whatever driver is installed; an explicit device as given."""
+    import torch
+
+    from assistant.runtime import budget
+
+    assert budget.resolve_device("cuda:1") == "cuda:1" and budget.resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert budget.resolve_device() == "cpu" and budget.resolve_dtype("auto", "auto") in ("bf16", "fp32")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert budget.resolve_device() == "cuda" and budget.resolve_dtype("auto", "auto") == "bf16"
+    assert plan("default", "8GiB", dtype="bf16").device == "cuda"

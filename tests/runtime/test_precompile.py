@@ -1,5 +1,6 @@
-"""assistant.runtime.precompile: a saved compiled forward is loaded by the next engine, one built for other weights
-is caught before it answers, and a background build in another process produces what the parent loads.
+"""assistant.runtime.precompile and .background: a saved compiled forward is loaded by the next engine, one built
+for other weights is caught before it answers, and a background build in another process produces what the parent
+loads.
 
 Tiny random Qwen3 targets with the user cache directory in tmp_path (each compile ~15-30 s on 2 cores:
 marked slow)."""
@@ -9,7 +10,7 @@ import time
 import pytest
 import torch
 
-from assistant.runtime import precompile
+from assistant.runtime import background, compiled, precompile
 from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
 from assistant.runtime.drafters import OracleDrafter
 from assistant.runtime.engine import CompiledEngine, EagerEngine, make_engine
@@ -75,10 +76,10 @@ def test_unreadable_artifact_is_removed_and_recompiled(cache):
     path = engine.artifact_path(engine.feature_layers)
     path.write_bytes(b"not a compiled function")
     os.chmod(path, 0o600)
-    assert precompile.load(path) is None and not path.exists()
+    assert precompile.load(path, vars(compiled)) is None and not path.exists()
     path.write_bytes(b"x")
     os.chmod(path, 0o666)                       # writable by others: never read
-    assert precompile.load(path) is None and path.exists()
+    assert precompile.load(path, vars(compiled)) is None and path.exists()
 
 
 def test_background_build_in_another_process(cache, tmp_path, monkeypatch):
@@ -91,13 +92,13 @@ def test_background_build_in_another_process(cache, tmp_path, monkeypatch):
     model = load_model(str(ckpt), "fp32", torch.device("cpu"))
     target = Target(model=model, tokenizer=IdTokenizer(), name="tiny", dtype="fp32", device=torch.device("cpu"),
                     path=str(ckpt))
-    state, path = precompile.background_state(target, (-1,))
-    assert state == "missing" and not precompile.ready(path)
-    proc = precompile.start_build(target.path, "fp32", "cpu", (-1,), path, first_key=min(packed_keys(model)))
+    state, path = background.background_state(target, (-1,))
+    assert state == "missing" and not background.ready(path)
+    proc = background.start_build(target.path, "fp32", "cpu", (-1,), path, first_key=min(packed_keys(model)))
     assert proc is not None
-    assert precompile.start_build(target.path, "fp32", "cpu", (-1,), path) is None or proc.poll() is not None
+    assert background.start_build(target.path, "fp32", "cpu", (-1,), path) is None or proc.poll() is not None
     assert proc.wait(timeout=600) == 0, path.with_name(path.name + ".log").read_text()[-2000:]
-    assert precompile.ready(path) and precompile.background_state(target, (-1,)) == ("saved", path)
+    assert background.ready(path) and background.background_state(target, (-1,)) == ("saved", path)
     notes = []
     engine = make_engine(target, "compiled", progress=lambda s, f: notes.append(s))
     assert isinstance(engine, CompiledEngine) and any("loaded the compiled" in n for n in notes), notes
@@ -109,13 +110,13 @@ def test_failed_background_build_is_remembered(cache, tmp_path, monkeypatch):
     target = tiny_qwen3(seed=26)
     target = Target(model=target.model, tokenizer=IdTokenizer(), name="tiny", dtype="fp32",
                     device=torch.device("cpu"), path=str(tmp_path / "no-such-checkpoint"))
-    state, path = precompile.background_state(target, (-1,))
+    state, path = background.background_state(target, (-1,))
     assert state == "missing"
-    proc = precompile.start_build(target.path, "fp32", "cpu", (-1,), path)
+    proc = background.start_build(target.path, "fp32", "cpu", (-1,), path)
     assert proc.wait(timeout=120) == 1
-    assert precompile.failed_reason(path).startswith("ModelFetchError: cannot load model")
-    assert precompile.background_state(target, (-1,)) == ("failed", path)
-    assert precompile.start_build(target.path, "fp32", "cpu", (-1,), path) is None
+    assert background.failed_reason(path).startswith("ModelFetchError: cannot load model")
+    assert background.background_state(target, (-1,)) == ("failed", path)
+    assert background.start_build(target.path, "fp32", "cpu", (-1,), path) is None
 
 
 def test_background_builds_can_be_turned_off(cache, monkeypatch):
@@ -123,16 +124,16 @@ def test_background_builds_can_be_turned_off(cache, monkeypatch):
     target = tiny_qwen3(seed=27)
     target = Target(model=target.model, tokenizer=IdTokenizer(), name="tiny", dtype="fp32",
                     device=torch.device("cpu"), path="/nonexistent")
-    assert precompile.background_state(target, (-1,)) == ("foreground", None)
+    assert background.background_state(target, (-1,)) == ("foreground", None)
 
 
 def test_a_running_build_is_not_started_twice(cache, tmp_path):
     path = cache / "compiled" / "x.aot"
     path.parent.mkdir(parents=True)
     path.with_name("x.aot.lock").write_text(f"{os.getpid()} {time.time():.0f}\n")     # alive: this process
-    assert precompile.start_build("/nonexistent", "fp32", "cpu", (-1,), path) is None
+    assert background.start_build("/nonexistent", "fp32", "cpu", (-1,), path) is None
     path.with_name("x.aot.lock").write_text("999999999 0\n")                          # a dead build's lock
-    proc = precompile.start_build("/nonexistent", "fp32", "cpu", (-1,), path)
+    proc = background.start_build("/nonexistent", "fp32", "cpu", (-1,), path)
     assert proc is not None and proc.wait(timeout=120) == 1
 
 

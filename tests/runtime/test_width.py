@@ -1,11 +1,33 @@
-"""assistant.runtime.width: the online width follows what the drafter banks, and never changes the output."""
+"""assistant.runtime.width: one plan of the width for every caller; the online width follows what the drafter
+banks, and never changes the output."""
 from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
 from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter
-from assistant.runtime.width import WidthController
+from assistant.runtime.costmodel import VerifyPlan
+from assistant.runtime.width import DEFAULT_WIDTH, WidthController, fit_width, plan_width
 
 from .test_decode_tiny import hf_greedy, prompts
 
 COSTS = {1: 1.0, 2: 1.1, 3: 1.15, 4: 1.2, 8: 1.5, 16: 1.9}
+
+
+def test_plan_width_caps_starts_and_controls():
+    assert plan_width() == plan_width(DEFAULT_WIDTH) and plan_width().cap == 16 and plan_width().controller() is None
+    assert plan_width(16, budget=4).cap == 4 and plan_width(2, budget=4).cap == 2          # the budget only lowers
+    verify = VerifyPlan(width=8, layout="in", costs={"in": COSTS, "out": {1: 1.0, 16: 9.0}})
+    auto = plan_width(12, verify=verify)
+    assert (auto.cap, auto.start, dict(auto.costs)) == (12, 8, COSTS)
+    ctl = auto.controller()
+    assert ctl.cap == 8 and ctl.widths == [1, 2, 3, 4, 8]             # measured widths <= the cap
+    assert dict(plan_width(verify=verify, layout="out").costs) == {1: 1.0, 16: 9.0}
+    fixed = plan_width(12, verify=verify, auto=False)
+    assert (fixed.cap, fixed.start, fixed.controller()) == (12, 12, None)
+
+
+def test_fit_width_halves_until_it_fits():
+    assert fit_width(16, lambda w: True) == 16
+    assert fit_width(64, lambda w: w <= 20) == 16
+    assert fit_width(5, lambda w: w <= 2) == 2 and fit_width(16, lambda w: False) == 1
+    assert fit_width(0, lambda w: True) == 1
 
 
 def test_starts_at_the_cap_and_explores_there():

@@ -56,13 +56,15 @@ class Session:
     threads: int = 0                                        # torch's default thread count (set by load)
     thread_policy: Any = None                               # assistant.runtime.threads.ThreadPolicy of the answers
     progress: Callable[[str, float | None], None] | None = field(default=None, repr=False)   # load's reporter
+    past_answers: Callable[[], list[str]] | None = None     # the profile's accepted answers, oldest first
+    history: Any = None                                     # assistant.runtime.history_lookup.AnswerIndex of them
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def from_profile(cls, profile: Any, **overrides: Any) -> "Session":
         """A Session for a profiles.Profile: its config, budget, current head and adapter hooks."""
         return cls(session_config_from_profile(profile, **overrides), profile_path=profile.path,
-                   head_source=profile.heads.current)
+                   head_source=profile.heads.current, past_answers=profile.history.answer_texts)
 
     @property
     def loaded(self) -> bool:
@@ -83,6 +85,7 @@ class Session:
             self.config = replace(self.config, dtype=resolve_dtype("auto", self.config.device))
         progress(f"loading {self.config.target} ({self.config.dtype})", None)
         self.target = load_target(self.config.target, self.config.dtype, self.config.device, progress)
+        self.history = self._index_past_answers()
         self.swap_head(self.config.head_path)
         kind, state, path = self.config.engine, "", None
         if kind == "auto":
@@ -156,7 +159,7 @@ class Session:
         """Load a head artifact (None: the shipped default) and use it from the next answer on."""
         from assistant.runtime.defaults import build_drafter
 
-        drafter, info = build_drafter(self.target, path)
+        drafter, info = build_drafter(self.target, path, history=self.history)
         with self._lock:
             self.drafter, self.head_info = drafter, info
         return info
@@ -215,7 +218,22 @@ class Session:
             self.thread_policy = ThreadPolicy(fixed=self.config.threads)
         self.thread_policy.apply()
         with generating(self.profile_path, self.busy):
-            yield from steps
+            tokens: list[int] = []
+            for step in steps:
+                tokens.extend(step.tokens)
+                yield step
+        if self.history is not None:      # only an answer that ran to its end (a stopped one raises above)
+            self.history.add(tokens)
+
+    def _index_past_answers(self) -> Any:
+        """The lookup index of the profile's past answers (None without a profile history)."""
+        if self.past_answers is None or self.config.method == "greedy":
+            return None
+        from assistant.runtime.history_lookup import AnswerIndex
+
+        tok = self.target.tokenizer
+        return AnswerIndex.from_answers(tok(text, add_special_tokens=False)["input_ids"]
+                                        for text in self.past_answers())
 
     def info(self) -> dict[str, Any]:
         t = self.target

@@ -28,6 +28,7 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
     from assistant.adapt.distill import Answer, encode_answer
     from assistant.adapt.features import collect_features
     from assistant.adapt.judge import tokens_per_pass
+    from assistant.runtime.width import WidthPlan
     from assistant.adapt.state import copy_reset, read_state
     from assistant.profiles import Profile
     from assistant.runtime.defaults import build_drafter, shipped_head
@@ -52,7 +53,8 @@ def main(src: str, cycles: int = 20, per_cycle: int = 12, budget: int = 3000, wi
     feats = collect_features(target, held, layers, batch_size=1, progress=lambda *a: None, chunk=128)
 
     def tpp(path) -> float:
-        return tokens_per_pass(build_drafter(target, path)[0], held, feats, width, lambda: None)
+        return tokens_per_pass(build_drafter(target, path)[0], held, feats, WidthPlan(cap=width, start=width),
+                               lambda: None)
 
     base = tpp(shipped_path)
     print(json.dumps({"held_out_answers": len(held), "shipped_rows": len(shipped.vocab), "budget": budget,

@@ -33,7 +33,7 @@ class CycleConfig:
     rehearsal_prompts: int = 32       # original-domain answers mixed into every fine-tune (0: none)
     rehearsal_share: float = 0.3      # share of each fine-tune batch drawn from them
     margin: float = 0.03              # allowed relative drop of anchor tokens/pass
-    max_nodes: int | None = None      # None: the runtime width on this device (auto, <= tree_width)
+    max_nodes: int | None = None      # None: the runtime's widths on this device (online control, <= tree_width)
     feature_batch: int = 1            # answers per prefill, and
     feature_chunk: int | None = 64    # tokens per piece of it: pause() runs between pieces, so a chat answer
                                       # that starts meanwhile shares the CPU with at most one piece (~0.1 s)

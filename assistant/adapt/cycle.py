@@ -80,7 +80,8 @@ def _base(profile, target, config: CycleConfig, on_stage):
 def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, clock, features) -> dict[str, Any]:
     from assistant.adapt.distill import Answer, encode_answer
     from assistant.adapt.grow import ChangeLog, grow_cycle
-    from assistant.adapt.judge import _drafter, _runtime_width, judge, measure
+    from assistant.adapt.judge import drafter, judge, judged_widths, measure
+    from assistant.runtime.history_lookup import AnswerIndex
     from assistant.adapt.replay import ReplayBuffer
     from assistant.adapt.slices import ensure_anchor, ensure_rehearsal
     from assistant.adapt.train import fine_tune, write_artifact
@@ -97,7 +98,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     last_id = max(m for m, _, _ in new)
     target, base_path, art, base_label = _base(profile, target, config, on_stage)
     layers, hidden = tuple(art.head.config.feature_layers), target.hidden_size
-    max_nodes = config.max_nodes or _runtime_width(target, profile.config.tree_width)
+    widths = judged_widths(target, profile.config.tree_width, config.max_nodes)
     emb_module = target.model.get_input_embeddings()
     emb = emb_module.weight.detach().float().cpu()
 
@@ -152,8 +153,9 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     held_answers, held_feats = merge_held_out(prev_answers, prev_feats, ans_eval, f_eval, config.held_out_keep)
     in_sample = not held_answers
     user = (held_answers, held_feats) if held_answers else (ans_train, f_train)
-    before, after = measure(_drafter(art, emb_module), _drafter(new_art, emb_module), user,
-                            (anchor_answers, anchor_feats), max_nodes, pause, on_stage)
+    past = AnswerIndex.from_answers(a.answer_ids for a in ans_train)   # as the runtime's lookup in past answers
+    before, after = measure(drafter(art, emb_module, past), drafter(new_art, emb_module, past), user,
+                            (anchor_answers, anchor_feats), widths, pause, on_stage)
     accepted, reasons = judge(before, after, config.margin, user_in_sample=in_sample)
     tpp = {"user_before": before["user"], "user_after": after["user"],
            "anchor_before": before["anchor"], "anchor_after": after["anchor"]}
@@ -166,7 +168,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
         "mined": g.mined, "grown": len(g.added), "evicted": len(g.evicted),
         "rows": len(g.vocab), "capacity": g.vocab.capacity, "row_budget": budget, "finetune": ft,
         "tokens_per_pass": tpp, "anchor": anchor_info, "rehearsal": reh_info, "margin": config.margin,
-        "max_nodes": max_nodes,
+        "max_nodes": widths.cap, "width": "online" if widths.costs else "fixed",
     }
     if ans_eval:
         save_held_out(adir / HELD_OUT_FILE, held_answers, held_feats, target.name)

@@ -8,54 +8,58 @@ Contract:
 - `judge(before, after, margin, user_in_sample)` -> (accepted, reasons), pure: rejected when the
   anchor's tokens per pass drops by more than `margin` (relative), or the held-out user answers' do
   (not judged when they were trained on: `user_in_sample`).
-- `_drafter(art, emb_module)` is the drafter the runtime builds for an artifact and `_runtime_width(target,
-  cap)` the verify width it uses on this device, so a cycle judges what will run (assistant.adapt.cycle
-  uses both).
+- `judged_widths(target, cap)` is the runtime's width plan on this device (the cost model's measured
+  verify costs), replayed by a fresh WidthController per measured set, and `drafter(art, emb_module,
+  history)` the drafter the runtime builds for an artifact with the lookup in the user's past answers:
+  a cycle judges what the user will see live, not a fixed wide tree.
 """
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
 
-def _drafter(art, emb_module):
-    """The drafter the runtime builds for this artifact (PhraseDrafter.from_artifact: its stored tree
-    shape, best-first by the chain probabilities) with prompt lookup, so a cycle judges what will run."""
-    from assistant.runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
+def drafter(art, emb_module, history=None):
+    from assistant.runtime.drafters import artifact_drafter
 
-    return UnionDrafter(PhraseDrafter.from_artifact(art, emb_module), PromptLookupDrafter())
+    return artifact_drafter(art, emb_module, history=history)
 
 
-def _runtime_width(target, cap: int) -> int:
-    """The verify width the runtime uses on this device (assistant.session: auto engine and width <= cap),
-    so the cycle judges a head at the tree size it will be used with."""
+def judged_widths(target, cap: int, fixed: int | None = None):
+    """The runtime's WidthPlan on this device (cached cost measurements; online control when measured);
+    `fixed` judges at that one width instead."""
     from assistant.runtime.costmodel import runtime_plan
+    from assistant.runtime.width import WidthPlan, plan_width
 
-    return runtime_plan(target, cap).width
+    if fixed:
+        return WidthPlan(cap=fixed, start=fixed)
+    return plan_width(cap, verify=runtime_plan(target, cap))
 
 
-def tokens_per_pass(d, answers, feats, max_nodes: int, pause: Callable[[], None]) -> float | None:
-    """Tokens per pass of drafter `d` replaying `answers` (None without answers or features)."""
+def tokens_per_pass(d, answers, feats, widths, pause: Callable[[], None]) -> float | None:
+    """Tokens per pass of drafter `d` replaying `answers` at the widths of `widths` (a WidthPlan: its
+    online controller, fresh, when it has costs; else its cap); None without answers or features."""
     from assistant.adapt.evaluate import simulate_decode
 
     if not answers or feats is None:
         return None
-    return round(simulate_decode(d, answers, feats, max_nodes, pause=pause)["tokens_per_pass"], 4)
+    return round(simulate_decode(d, answers, feats, widths.cap, pause=pause,
+                                 width=widths.controller())["tokens_per_pass"], 4)
 
 
-def measure(before_d, after_d, user: tuple, anchor: tuple, max_nodes: int, pause: Callable[[], None],
+def measure(before_d, after_d, user: tuple, anchor: tuple, widths, pause: Callable[[], None],
             on_stage: Callable[[str], None]) -> tuple[dict[str, float | None], dict[str, float | None]]:
     before: dict[str, float | None] = {}
     after: dict[str, float | None] = {}
     pause()
     on_stage("check 1/4: user answers, old head")
-    before["user"] = tokens_per_pass(before_d, *user, max_nodes, pause)
+    before["user"] = tokens_per_pass(before_d, *user, widths, pause)
     on_stage("check 2/4: user answers, new head")
-    after["user"] = tokens_per_pass(after_d, *user, max_nodes, pause)
+    after["user"] = tokens_per_pass(after_d, *user, widths, pause)
     pause()
     on_stage("check 3/4: original data, old head")
-    before["anchor"] = tokens_per_pass(before_d, *anchor, max_nodes, pause)
+    before["anchor"] = tokens_per_pass(before_d, *anchor, widths, pause)
     on_stage("check 4/4: original data, new head")
-    after["anchor"] = tokens_per_pass(after_d, *anchor, max_nodes, pause)
+    after["anchor"] = tokens_per_pass(after_d, *anchor, widths, pause)
     return before, after
 
 
@@ -71,4 +75,4 @@ def judge(before: Mapping[str, float | None], after: Mapping[str, float | None],
     return not reasons, reasons
 
 
-__all__ = ["judge", "measure", "tokens_per_pass"]
+__all__ = ["drafter", "judge", "judged_widths", "measure", "tokens_per_pass"]

@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="measure the verify cost per width and layout again (run alone; the result is cached)")
     p.add_argument("--target", default=None, help="model (default: the profile's target)")
     p.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
-    p.add_argument("--profile", default=None, help="profile name")
+    p.add_argument("--profile", default=None,
+                   help="profile name (its head, and the lookup in its past answers as the chat uses it)")
     p.add_argument("--ignore-eos", action="store_true", help="decode past EOS up to --max-new-tokens")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the full report here")
     p.set_defaults(func=run)
@@ -54,6 +55,21 @@ def _resolve(args) -> tuple[str, str | None]:
             if head is None and (cur := prof.heads.current()) is not None:
                 head = str(cur)
     return target or "default", head
+
+
+def _history(args, target):
+    """The lookup index of the named profile's past answers (None without --profile)."""
+    if args.profile is None:
+        return None
+    from assistant.profiles import Profile
+    from assistant.runtime.history_lookup import AnswerIndex
+
+    prof = Profile.open(args.profile, create=False)
+    try:
+        texts = prof.history.answer_texts()
+    finally:
+        prof.close()
+    return AnswerIndex.from_answers(target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts)
 
 
 def run(args) -> int:
@@ -82,7 +98,7 @@ def run(args) -> int:
     from assistant.runtime.budget import resolve_dtype
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
-    drafter, info = build_drafter(target, head) if "phrase" in methods else (None, {})
+    drafter, info = build_drafter(target, head, history=_history(args, target)) if "phrase" in methods else (None, {})
     from assistant.runtime.costmodel import pick_engine
     from assistant.runtime.width import DEFAULT_WIDTH, plan_width
 

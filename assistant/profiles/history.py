@@ -274,6 +274,12 @@ class HistoryStore:
                 self._db.execute("COMMIT")
         return out
 
+    def answer_texts(self, since_id: int = 0) -> list[str]:
+        """The text of accepted assistant messages with id > since_id, oldest first (the runtime's lookup in
+        the user's past answers reads them at start)."""
+        return [c for (c,) in self._read("SELECT content FROM messages WHERE accepted = 1 AND role = 'assistant' "
+                                         "AND id > ? ORDER BY id", (since_id,))]
+
     def count_accepted(self, since_id: int = 0) -> int:
         """How many accepted assistant messages have id > since_id (the answers an adapter has not read yet)."""
         (n,), = self._read("SELECT COUNT(*) FROM messages WHERE accepted = 1 AND role = 'assistant' AND id > ?",

@@ -10,6 +10,7 @@ never trusts a proposal: correctness does not depend on the drafter.
 - PromptLookupDrafter: copies what followed the latest earlier occurrence of the
   context's last n-gram (the prompt-lookup idea, inside our tree).
 - UnionDrafter: merges several drafters' candidates into one tree.
+- HistoryDrafter (assistant.runtime.history_lookup): lookup in the user's past answers.
 - `artifact_drafter(art, embeddings, **phrase)`: THE drafter the runtime builds from a head
   artifact (its phrase drafter with prompt lookup, in one tree); whatever judges a head
   (the adapter, tuning scripts) builds it here so it judges what will run.
@@ -250,7 +251,12 @@ class UnionDrafter(_Base):
             d.observe(sub, path)
 
 
-def artifact_drafter(art: Artifact, embeddings: torch.nn.Module, **phrase) -> UnionDrafter:
+def artifact_drafter(art: Artifact, embeddings: torch.nn.Module, history=None, **phrase) -> UnionDrafter:
     """The drafter the runtime runs for a head artifact: PhraseDrafter.from_artifact (the artifact's stored
-    tree shape, unless `phrase` settings such as top_k override it) with prompt lookup, in one tree."""
-    return UnionDrafter(PhraseDrafter.from_artifact(art, embeddings, **phrase), PromptLookupDrafter())
+    tree shape, unless `phrase` settings such as top_k override it) with prompt lookup, in one tree; with
+    `history` (an AnswerIndex of the user's past answers) their lookup comes first: it proposes only on a
+    match of several tokens, and then its continuation is the likeliest text."""
+    from assistant.runtime.history_lookup import HistoryDrafter
+
+    return UnionDrafter(HistoryDrafter(history) if history is not None else None,
+                        PhraseDrafter.from_artifact(art, embeddings, **phrase), PromptLookupDrafter())

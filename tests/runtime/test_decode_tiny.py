@@ -7,6 +7,7 @@ import torch
 from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
 from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter, UnionDrafter
 from assistant.runtime.head import HeadConfig, PhraseHead
+from assistant.runtime.history_lookup import AnswerIndex, HistoryDrafter
 from assistant.runtime.vocab import DraftVocab
 
 
@@ -32,7 +33,8 @@ def random_phrase_drafter(target, rows=64, seed=0):
     return PhraseDrafter(head, vocab, target.model.get_input_embeddings(), top_k=4)
 
 
-@pytest.mark.parametrize("kind", ["none", "oracle", "adversarial", "phrase", "lookup", "union"])
+@pytest.mark.parametrize("kind", ["none", "oracle", "adversarial", "phrase", "lookup", "union", "history",
+                                  "history-wrong", "all"])
 def test_matches_generate(tiny_target, kind):
     n = 40
     for ids in prompts():
@@ -44,12 +46,17 @@ def test_matches_generate(tiny_target, kind):
             "phrase": random_phrase_drafter(tiny_target),
             "lookup": PromptLookupDrafter(),
             "union": UnionDrafter(random_phrase_drafter(tiny_target), PromptLookupDrafter()),
+            # past answers holding this very answer (long right copies) or a corrupted copy of it
+            "history": HistoryDrafter(AnswerIndex.from_answers([ids + ref])),
+            "history-wrong": HistoryDrafter(AnswerIndex.from_answers([ids + [(t + 1) % 256 for t in ref]]), min_match=1),
+            "all": UnionDrafter(HistoryDrafter(AnswerIndex.from_answers([ref[5:], ids])),
+                                random_phrase_drafter(tiny_target), PromptLookupDrafter()),
         }[kind]
         out, stats = run_to_end(speculative_generate(tiny_target, ids, drafter,
                                                      DecodeConfig(max_new_tokens=n, ignore_eos=True)))
         assert out == ref
         assert stats.new_tokens == n
-        if kind == "oracle":
+        if kind in ("oracle", "history"):
             assert stats.tokens_per_pass > 3.0      # the tree path is really used
         if kind == "adversarial":
             assert stats.tokens_per_pass == pytest.approx(1.0)

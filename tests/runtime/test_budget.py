@@ -169,8 +169,8 @@ def _rss(dtype: str, engine: str) -> dict:
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_measured_rss_matches_plan(dtype):
     """The RSS of a process that loaded the SmolLM2 runtime (eager engine) and answered is within 15% of
-    the plan. The compiled engine's process peaks at most 1.25x the eager one's, also when it compiles
-    (issue 14), and holds at most 1.25x once it loads its saved compiled forward, as every start after
+    the plan. The compiled engine's process peaks at most 1.25x the eager one's, also when it
+    compiles, and holds at most 1.25x once it loads its saved compiled forward, as every start after
     the first does."""
     got = _rss(dtype, "eager")
     compiled = _rss(dtype, "compiled")

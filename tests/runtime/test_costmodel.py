@@ -74,7 +74,7 @@ def _table_script(*args: str):
 
 
 def test_gpu_table_script_runs_its_whole_path_on_a_tiny_qwen3(tmp_path):
-    """scripts/verify_cost_table.py --smoke: build, save, reload per dtype, time, tabulate (issue 3's GPU table)."""
+    """scripts/verify_cost_table.py --smoke: build, save, reload per dtype, time, tabulate (the GPU verify-cost table)."""
     out = tmp_path / "t.json"
     p = _table_script("--smoke", "--widths", "1,4,16", "--repeats", "1", "--json", str(out))
     assert p.returncode == 0, p.stderr[-2000:]

@@ -111,7 +111,7 @@ def compiled_fp32(smol_fp32, references):
 
 @pytest.mark.parametrize("kind", ["oracle", "adversarial", "phrase"])
 def test_compiled_engine_equals_generate_fp32(smol_fp32, references, compiled_fp32, kind):
-    """Issue 14: the compiled engine (packed weights, window attention, static cache) is exact in fp32."""
+    """The compiled engine (packed weights, window attention, static cache) is exact in fp32."""
     from assistant.runtime.decode import greedy_generate
 
     passes = tokens = 0

@@ -36,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="measure the verify cost per width and layout again (run alone; the result is cached)")
     p.add_argument("--target", default=None, help="model (default: the profile's target)")
     p.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
-    p.add_argument("--profile", default=None,
-                   help="profile name (its head, and the lookup in its past answers as the chat uses it)")
+    p.add_argument("--profile", default=None, help="profile name")
+    p.add_argument("--history", action="store_true",
+                   help="phrase also drafts from the profile's past answers (assistant.runtime.history_lookup)")
     p.add_argument("--ignore-eos", action="store_true", help="decode past EOS up to --max-new-tokens")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the full report here")
     p.set_defaults(func=run)
@@ -58,8 +59,8 @@ def _resolve(args) -> tuple[str, str | None]:
 
 
 def _history(args, target):
-    """The lookup index of the named profile's past answers (None without --profile)."""
-    if args.profile is None:
+    """The lookup index of the profile's past answers with --history (else None)."""
+    if not args.history:
         return None
     from assistant.profiles import Profile
     from assistant.runtime.history_lookup import AnswerIndex

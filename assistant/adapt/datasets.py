@@ -105,19 +105,13 @@ def write_slices(head: str | Path, sources: Sequence[tuple[str, int, int]], n: i
 
 def read_slices(path: str | Path) -> list[dict[str, Any]]:
     """The records of a slices file ([] when absent); unreadable lines are skipped."""
-    out = []
+    from assistant.runtime.jsonl import read_records
+
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict) and isinstance(rec.get("prompt"), str):
-                    out.append(rec)
+        records = read_records(path)
     except OSError:
         return []
-    return out
+    return [r for r in records if isinstance(r, dict) and isinstance(r.get("prompt"), str)]
 
 
 __all__ = ["SLICES_SUFFIX", "describe", "held_back", "read_slices", "serves", "slices_path",

@@ -47,18 +47,9 @@ class Answer:
 
 def load_answers(path: str | Path) -> list[Answer]:
     """Every complete line of a distillation file (a torn last line is skipped)."""
-    path = Path(path)
-    out: list[Answer] = []
-    if not path.exists():
-        return out
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            out.append(Answer(str(rec["key"]), list(rec["prompt_ids"]), list(rec["answer_ids"])))
-    return out
+    from assistant.runtime.jsonl import read_records
+
+    return [Answer(str(r["key"]), list(r["prompt_ids"]), list(r["answer_ids"])) for r in read_records(path)]
 
 
 def _repair(path: Path) -> set[str]:
@@ -92,8 +83,6 @@ def encode_answer(tokenizer, text: str) -> list[int]:
 def distill(target, prompts: Sequence[tuple[str, str]], out_path: str | Path, config: DistillConfig = DistillConfig(),
             progress: ProgressFn = print_progress) -> int:
     """Generate answers for (key, prompt) pairs not yet in out_path; returns how many were added."""
-    import torch
-
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done = _repair(out_path)

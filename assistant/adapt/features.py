@@ -17,7 +17,6 @@ assistant.adapt.distill kept from the generation itself.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -154,14 +153,10 @@ def load_generation_features(out_path: str | Path, answers: Sequence[Answer] | N
     """Features from generation-time hidden states (assistant.adapt.distill shards), or None if absent."""
     from safetensors import safe_open
 
+    from assistant.runtime.jsonl import read_records
+
     out_path = Path(out_path)
-    recs = []
-    with open(out_path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                recs.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    recs = read_records(out_path, missing_ok=False)
     keep = {a.key: i for i, a in enumerate(answers)} if answers is not None else {r["key"]: i for i, r in enumerate(recs)}
     feats, roots, seq, pos, layers = [], [], [], [], None
     handles: dict = {}

@@ -83,17 +83,9 @@ class ChangeLog:
             os.close(fd)
 
     def read(self) -> list[dict]:
-        out = []
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        continue       # a torn last line from a crash
-        except FileNotFoundError:
-            pass
-        return out
+        from assistant.runtime.jsonl import read_records
+
+        return read_records(self.path)       # a torn last line from a crash is skipped
 
 
 def observe_usage(vocab, seqs: Sequence[Sequence[int]], now: float | None = None) -> dict[int, int]:

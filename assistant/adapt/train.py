@@ -44,7 +44,6 @@ def row_targets(answers: Sequence[Answer], seq: torch.Tensor, pos: torch.Tensor,
 
     index = vocab._index
     max_len = max((len(t) for t in index), default=1)
-    cache: dict[int, list[int]] = {}
     out = torch.full((len(seq),), -1, dtype=torch.long)
     for k, (i, t) in enumerate(zip(seq.tolist(), pos.tolist())):
         ids = answers[i].answer_ids

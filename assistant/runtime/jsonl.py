@@ -1,6 +1,8 @@
-"""Read prompts from any JSON Lines file.
+"""Read JSON Lines files: prompts from any data set, and the project's own record files.
 
-Contract: `read_prompts(path)` returns ([{"id", "prompt"}], [error lines]). The
+Contract: `read_records(path)` returns the JSON values of a file's lines, oldest first, skipping lines
+that are not JSON (a torn last line after a crash); a missing file is [] unless `missing_ok=False`.
+`read_prompts(path)` returns ([{"id", "prompt"}], [error lines]). The
 prompt field is found by itself: prompt, question, problem, instruction, input,
 or the first of `turns`. A line that is not JSON or has no prompt field is
 reported as "FILE:LINE: reason" and skipped; it never raises for bad lines.
@@ -23,6 +25,21 @@ def find_prompt(record: dict) -> str | None:
     if isinstance(turns, list) and turns and isinstance(turns[0], str):
         return turns[0]
     return None
+
+
+def read_records(path: str | Path, missing_ok: bool = True) -> list:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+    return out
 
 
 def read_prompts(path: str | Path, limit: int | None = None, offset: int = 0) -> tuple[list[dict], list[str]]:

@@ -62,10 +62,27 @@ def _(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
 
 
 def packing_supported(model) -> bool:
-    """The packed layout needs oneDNN and CPU weights in fp32 or bf16."""
+    """The packed layout needs oneDNN and CPU weights in fp32 or bf16, and this CPU must pack that dtype:
+    oneDNN's bf16 packing needs avx512bw/vl/dq or avx_ne_convert (an avx2-only CPU refuses it)."""
     ws = _weights(model)
-    return bool(ws) and torch.backends.mkldnn.is_available() and all(
-        w.device.type == "cpu" and w.dtype in (torch.float32, torch.bfloat16) for w in ws)
+    if not (ws and torch.backends.mkldnn.is_available() and all(
+            w.device.type == "cpu" and w.dtype in (torch.float32, torch.bfloat16) for w in ws)):
+        return False
+    return all(_packs(dtype) for dtype in {w.dtype for w in ws})
+
+
+_PACKS: dict[torch.dtype, bool] = {}
+
+
+def _packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs a linear weight of `dtype` on this CPU (tried once on a tiny weight)."""
+    if dtype not in _PACKS:
+        try:
+            torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=dtype), 1)
+            _PACKS[dtype] = True
+        except RuntimeError:
+            _PACKS[dtype] = False
+    return _PACKS[dtype]
 
 
 # Sibling linears that transformers' decoder layers (Llama, Qwen, Mistral, ...) call one after the other on

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from assistant.profiles.atomic import atomic_write_bytes, atomic_write_text
+from assistant.profiles.atomic import atomic_write_bytes, atomic_write_text, read_json
 
 ADAPTER_DIR = "adapter"
 STATE_FILE = "state.json"
@@ -77,12 +77,7 @@ def copy_reset(src: str | Path, dst: str | Path) -> None:
 
 def read_state(profile_path: str | Path) -> dict[str, Any]:
     p = adapter_dir(profile_path) / STATE_FILE
-    try:
-        return json.loads(p.read_text("utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise AdapterError(f"{p}: damaged adapter state ({e}); delete it to start over") from e
+    return read_json(p, lambda e: AdapterError(f"{p}: damaged adapter state ({e}); delete it to start over"))
 
 
 def write_state(profile_path: str | Path, state: dict[str, Any]) -> None:

@@ -9,12 +9,16 @@ opening one profile at once must not delete each other's half-written files).
 Every file written here is private to the user (0600). `copy_file_durably(src, dst)`
 copies and fsyncs (dst must be a fresh path). `private_file(path)` creates an empty
 0600 file (or narrows an existing one) for writers that are not atomic (SQLite, logs).
+`read_json(path, damaged)` reads back a JSON file written here: {} when absent, `damaged(reason)`
+raised (chained) when it cannot be read or parsed.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 TMP_MARK = ".tmp-"
 CHUNK = 1 << 20
@@ -64,6 +68,15 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_json(path: str | os.PathLike, damaged: Callable[[str], Exception]) -> Any:
+    try:
+        return json.loads(Path(path).read_text("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise damaged(str(e)) from e
 
 
 def copy_file_durably(src: str | os.PathLike, dst: str | os.PathLike) -> int:

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from assistant.profiles.atomic import atomic_write_text, clean_temp, copy_file_durably, fsync_dir
+from assistant.profiles.atomic import atomic_write_text, clean_temp, copy_file_durably, fsync_dir, read_json
 from assistant.profiles.errors import ProfileError
 
 ARTIFACT = "head.safetensors"
@@ -106,12 +106,7 @@ class HeadStore:
 
     def meta(self, version: str) -> dict[str, Any]:
         p = self.root / version / META
-        try:
-            return json.loads(p.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            raise ProfileError(f"{p}: damaged version metadata ({e})") from e
+        return read_json(p, lambda e: ProfileError(f"{p}: damaged version metadata ({e})"))
 
     def check(self, version: str, deep: bool = False) -> str | None:
         """None when the version is good, else a one-line reason naming the damaged file."""

@@ -38,7 +38,7 @@ class SessionConfig:
     engine: str = "auto"             # auto | eager | compiled (assistant.runtime.engine; auto: the measured faster here)
     threads: int | None = None       # torch threads of the answers; None: measured and fitted to the load
     history_lookup: bool = False     # draft from the profile's past answers too (assistant.runtime.history_lookup);
-                                     # off: on a code user's next 31 prompts it banked 2% fewer tokens per pass
+                                     # off: on a code user's next 40 prompts it banked 2.1% fewer tokens per pass
 
 
 @dataclass
@@ -220,12 +220,14 @@ class Session:
             self.thread_policy = ThreadPolicy(fixed=self.config.threads)
         self.thread_policy.apply()
         with generating(self.profile_path, self.busy):
+            if self.history is None:
+                yield from steps
+                return
             tokens: list[int] = []
             for step in steps:
                 tokens.extend(step.tokens)
                 yield step
-        if self.history is not None:      # only an answer that ran to its end (a stopped one raises above)
-            self.history.add(tokens)
+        self.history.add(tokens)          # only an answer that ran to its end (a stopped one raises above)
 
     def _index_past_answers(self) -> Any:
         """The lookup index of the profile's past answers (None without a profile history)."""

@@ -37,7 +37,7 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
     where = {(s, p): k for k, (s, p) in enumerate(zip(features.seq.tolist(), features.pos.tolist()))}
     passes = tokens = 0
     hist: Counter = Counter()
-    widths = 0
+    widths = drafts = 0
     for ai, a in enumerate(answers):
         ref = a.answer_ids
         n = len(ref)
@@ -54,6 +54,7 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
             f = x[where[(ai, i)]].reshape(len(layers), hidden)
             w = min(width.next_width(), max_nodes) if width is not None else max_nodes
             widths += w
+            drafts += 1
             ctx = DraftContext(ids=a.prompt_ids + ref[: i + 1], root=ref[i], features=f, max_nodes=w)
             tree = build_tree(ref[i], drafter.propose(ctx), w)
             node, j, path = 0, i, [0]
@@ -68,6 +69,5 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
             hist[j - i] += 1
             i = j + 1        # bonus token a_{j+1} is the new pending token
             passes += 1
-    drafts = passes - sum(1 for a in answers if a.answer_ids)
     return {"tokens_per_pass": tokens / max(passes, 1), "passes": passes, "tokens": tokens,
             "hist": dict(sorted(hist.items())), "mean_width": round(widths / max(drafts, 1), 2)}

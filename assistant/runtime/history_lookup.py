@@ -31,7 +31,6 @@ class AnswerIndex:
     def __init__(self, max_tokens: int = 1_000_000):
         self.max_tokens = max(int(max_tokens), 0)
         self._arr = np.zeros(0, dtype=np.int32)
-        self.answers = 0
 
     @classmethod
     def from_answers(cls, answers: Iterable[Sequence[int]], max_tokens: int = 1_000_000) -> "AnswerIndex":
@@ -49,11 +48,15 @@ class AnswerIndex:
         if kept:
             parts = [np.asarray(list(ids) + [SEP], dtype=np.int32) for ids in reversed(kept)]
             index._arr = np.concatenate(parts)
-            index.answers = len(kept)
         return index
 
     def __len__(self) -> int:
         return int(self._arr.size)
+
+    @property
+    def answers(self) -> int:
+        """How many answers the index holds (each ends with one SEP)."""
+        return int(np.count_nonzero(self._arr == SEP))
 
     def add(self, ids: Sequence[int]) -> None:
         if not ids or len(ids) + 1 > self.max_tokens:
@@ -63,10 +66,8 @@ class AnswerIndex:
             cut = arr.size - self.max_tokens
             seps = np.flatnonzero(arr == SEP)
             first = seps[np.searchsorted(seps, cut - 1)] + 1        # drop whole answers, oldest first
-            self.answers -= int(np.count_nonzero(arr[:first] == SEP))
             arr = arr[first:]
         self._arr = arr
-        self.answers += 1
 
     def lookup(self, context: Sequence[int], length: int = 16, matches: int = 2,
                min_match: int = 3) -> list[list[int]]:

@@ -18,8 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["auto", "fp32", "bf16", "int8"], default="auto",
                    help="auto: bf16 on a GPU or a CPU with native bf16, else fp32")
     p.add_argument("--methods", default="hf,pld,greedy,phrase",
-                   help="comma list of hf,pld,greedy,phrase,llamacpp,llamacpp_q4 (llamacpp: llama.cpp's plain decode "
-                        "of the same weights as BF16 / Q4_1 GGUF, after scripts/build_llamacpp.sh)")
+                   help="comma list of hf,pld,greedy,phrase,head,lookup,llamacpp,llamacpp_q4 (phrase: the default "
+                        "drafter; head: the phrase head alone; lookup: our in-context lookup alone; llamacpp: "
+                        "llama.cpp's plain decode of the same weights as BF16 / Q4_1 GGUF, after "
+                        "scripts/build_llamacpp.sh)")
     p.add_argument("--engine", choices=["auto", "eager", "compiled"], default="auto",
                    help="engine of greedy and phrase (assistant/runtime/engine.py); auto: the measured faster on this device, "
                         "as chat and ask use it; hf and pld always run transformers' eager generate()")
@@ -99,12 +101,21 @@ def run(args) -> int:
     from assistant.runtime.budget import resolve_dtype
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
-    drafter, info = build_drafter(target, head, history=_history(args, target)) if "phrase" in methods else (None, {})
+    drafters, info = {}, {}
+    if "phrase" in methods:
+        drafters["phrase"], info = build_drafter(target, head, history=_history(args, target))
+    if "head" in methods:
+        drafters["head"], info_head = build_drafter(target, head, lookup=False)
+        info = info or info_head
+    if "lookup" in methods:
+        from assistant.runtime.drafters import PromptLookupDrafter, UnionDrafter
+
+        drafters["lookup"] = UnionDrafter(PromptLookupDrafter())
     from assistant.runtime.costmodel import pick_engine
     from assistant.runtime.width import DEFAULT_WIDTH, plan_width
 
     say = lambda s, f=None: print(f"[bench] {s}", file=sys.stderr)  # noqa: E731
-    layers = tuple(getattr(drafter, "feature_layers", (-1,)))
+    layers = tuple(next((d.feature_layers for d in drafters.values()), (-1,)))
     # the engine is the one "auto" picks over the default widths, also for a fixed --tree-width
     engine, plan = pick_engine(target, DEFAULT_WIDTH, say, refresh=args.recalibrate, kind=args.engine,
                                feature_layers=layers)
@@ -136,7 +147,7 @@ def run(args) -> int:
         f"weights for greedy and phrase (hf and pld run transformers' generate() on the weights as loaded)")
     cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=width,
                       ignore_eos=args.ignore_eos, layout=layout, width_costs=width_costs, engine=engine.name)
-    report = run_bench(target, prompts, cfg, drafter, progress=say, engine=engine, llamacpp=llamacpp)
+    report = run_bench(target, prompts, cfg, drafters, progress=say, engine=engine, llamacpp=llamacpp)
     report["dataset"] = args.dataset
     report["threads"] = threads
     report["head"] = info

@@ -1,11 +1,15 @@
-"""Side-by-side decoding benchmark: hf, pld, greedy and phrase on the same prompts.
+"""Side-by-side decoding benchmark: hf, pld, greedy and our drafters on the same prompts.
 
-Contract: `run_bench(target, prompts, config, drafter_factory)` runs every method on
+Contract: `run_bench(target, prompts, config, drafters)` runs every method on
 every prompt (methods interleaved per prompt, so drifting machine load hits all
 of them alike, after one untimed warm-up) and returns the JSON-ready report of
 DESIGN.md: `methods.<name>.{tokens_per_pass, tokens_per_second, speedup_vs_hf,
 exact_match_vs_hf, ...}` and `per_prompt[]` rows `{id, method, new_tokens,
-forward_passes, seconds, tokens}`. Forward passes of generate() are counted by a
+forward_passes, seconds, tokens}`. `drafters` maps each of our speculative methods (DRAFTED:
+phrase = the default drafter, head = the phrase head alone, lookup = the in-context lookup alone) to
+its drafter; each keeps one width controller for the run, as a chat session does, and a drafter
+that counts `banked` tokens per source (assistant.runtime.drafters.UnionDrafter) reports
+`banked_by_source`. Forward passes of generate() are counted by a
 hook on the target model; our loops count their own passes (a compiled forward runs
 no module hooks), the prefill as one pass either way. When hf runs, each other method's
 first divergence from it is recorded with the reference's top-1 minus top-2
@@ -26,6 +30,7 @@ from assistant.runtime.width import DEFAULT_WIDTH, WidthController
 from assistant.runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
+DRAFTED = ("phrase", "head", "lookup")    # our speculative methods: the drafter of each is given to run_bench
 LLAMACPP = {"llamacpp": "BF16", "llamacpp_q4": "Q4_1"}    # method -> GGUF of the same weights (assistant.runtime.llamacpp)
 
 
@@ -83,10 +88,10 @@ def _run_one(method: str, target, ids: list[int], cfg: BenchConfig, drafter,
         return toks, margins, DecodeStats()
     if method == "greedy":
         toks, stats = run_to_end(greedy_generate(target, ids, dcfg, engine=engine))
-    elif method == "phrase":
+    elif method in DRAFTED:
         toks, stats = run_to_end(speculative_generate(target, ids, drafter, dcfg, width=width, engine=engine))
     else:
-        raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS + tuple(LLAMACPP))}")
+        raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS + DRAFTED[1:] + tuple(LLAMACPP))}")
     return toks, [], stats
 
 
@@ -113,18 +118,19 @@ def first_divergence(ref: Sequence[int], out: Sequence[int]) -> int | None:
     return None if len(ref) == len(out) else min(len(ref), len(out))
 
 
-def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
+def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str, Any] | None = None,
               progress: Callable[[str], None] | None = None, engine=None, llamacpp=None) -> dict[str, Any]:
     """Benchmark `cfg.methods` on `prompts` ([{id, prompt}]); see the module docstring. greedy and
-    phrase run on `engine` (assistant.runtime.engine; None: eager); the llamacpp methods on `llamacpp`
+    the drafted methods run on `engine` (assistant.runtime.engine; None: eager); the llamacpp methods on `llamacpp`
     (assistant.runtime.llamacpp.Build; methods without a build are dropped by the caller)."""
     counter = PassCounter(target.model)
     rows: list[dict[str, Any]] = []
     hist: dict[str, Counter] = {m: Counter() for m in cfg.methods}
     phases: dict[str, Counter] = {m: Counter() for m in cfg.methods}
     divergences: list[dict[str, Any]] = []
-    # one controller for the whole run, as one chat session keeps one (it learns from the answers so far)
-    width = WidthController(dict(cfg.width_costs), cfg.tree_width) if cfg.width_costs else None
+    drafters = drafters or {}
+    # one controller per method for the whole run, as one chat session keeps one (it learns from the answers so far)
+    widths = {m: WidthController(dict(cfg.width_costs), cfg.tree_width) for m in drafters} if cfg.width_costs else {}
     try:
         warm = target.encode_chat([{"role": "user", "content": "Hi"}])
         warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width, layout=cfg.layout)
@@ -133,7 +139,8 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
                 _llamacpp(llamacpp, m, target, warm, warm_cfg)
                 continue
             set_layout(target.model, _layout_for(m, cfg))
-            _run_one(m, target, warm, warm_cfg, drafter, engine=engine)
+            _run_one(m, target, warm, warm_cfg, drafters.get(m), engine=engine)
+        banked0 = {m: Counter(getattr(d, "banked", {})) for m, d in drafters.items()}
         for pi, p in enumerate(prompts):
             ids = target.encode_chat([{"role": "user", "content": p["prompt"]}])
             ref, margins = None, []
@@ -148,8 +155,7 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
                 set_layout(target.model, _layout_for(m, cfg))
                 counter.n = 0
                 t0 = time.perf_counter()
-                toks, mg, stats = _run_one(m, target, ids, cfg, drafter, width if m == "phrase" else None,
-                                           engine=engine)
+                toks, mg, stats = _run_one(m, target, ids, cfg, drafters.get(m), widths.get(m), engine=engine)
                 dt = time.perf_counter() - t0
                 hist[m].update(stats.accepted_hist)
                 phases[m].update(stats.phases)
@@ -175,8 +181,13 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafter=None,
         counter.close()
         set_layout(target.model, "out")
     report = summarize(rows, hist, divergences, target, cfg, phases)
-    if width is not None and "phrase" in report["methods"]:
-        report["methods"]["phrase"]["width_estimates"] = width.summary()
+    for m, d in drafters.items():
+        if m not in report["methods"]:
+            continue
+        if m in widths:
+            report["methods"][m]["width_estimates"] = widths[m].summary()
+        if hasattr(d, "banked"):
+            report["methods"][m]["banked_by_source"] = dict(Counter(d.banked) - banked0[m])
     return report
 
 
@@ -237,6 +248,12 @@ def format_table(report: dict) -> str:
         vs = f"{s['speedup_vs_hf']:6.2f}x" if "speedup_vs_hf" in s else f"{'-':>7}"
         ex = f"{s['exact_match_vs_hf']:7.2f}" if "exact_match_vs_hf" in s else f"{'-':>7}"
         lines.append(f"{m:8} {s['tokens_per_pass']:9.2f} {s['tokens_per_second']:8.2f} {vs} {ex}")
+    for m, s in report["methods"].items():
+        banked = s.get("banked_by_source") or {}
+        total = sum(banked.values())
+        if total:
+            lines.append(f"drafted tokens of {m} by source: "
+                         + ", ".join(f"{k} {v} ({100 * v / total:.0f}%)" for k, v in sorted(banked.items())))
     split = {m: s["ms_per_pass"] for m, s in report["methods"].items() if s.get("ms_per_pass")}
     if split:
         stages = tuple(p for p in PHASES if p != "prefill") + ("other",)

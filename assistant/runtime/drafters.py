@@ -1,15 +1,18 @@
 """Drafters: whatever proposes candidate continuations of the pending token.
 
 Contract: a drafter has `feature_layers` (which target hidden states it wants),
-`propose(ctx) -> list[list[int]]` (continuations after ctx.root, best first) and
-`observe(tree, path)` (which of its nodes the target accepted). The decode loop
-never trusts a proposal: correctness does not depend on the drafter.
+`propose(ctx) -> list[list[int]]` (continuations after ctx.root, best first; a scoring
+drafter returns assistant.runtime.ranking.Draft lists that carry its own estimate of each
+token's chance) and `observe(tree, path)` (which of its nodes the target accepted). The
+decode loop never trusts a proposal: correctness does not depend on the drafter.
 
 - PhraseDrafter: the phrase head + draft vocabulary (+ an optional phrase-chain
   table, so a branch can hold several phrases in a row).
-- PromptLookupDrafter: copies what followed the latest earlier occurrence of the
-  context's last n-gram (the prompt-lookup idea, inside our tree).
-- UnionDrafter: merges several drafters' candidates into one tree.
+- PromptLookupDrafter: copies what followed the earlier places that end like the context
+  (prompt + answer so far), longest match first, up to the tree's depth (prompt lookup,
+  inside our tree).
+- UnionDrafter: every source's candidates on one scale, the best nodes of all in one tree
+  (assistant.runtime.ranking), calibrated online by what the target accepts.
 - HistoryDrafter (assistant.runtime.history_lookup): lookup in the user's past answers.
 - `artifact_drafter(art, embeddings, **phrase)`: THE drafter the runtime builds from a head
   artifact (its phrase drafter with prompt lookup, in one tree); whatever judges a head
@@ -18,12 +21,17 @@ never trusts a proposal: correctness does not depend on the drafter.
 """
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from assistant.runtime.decode import DraftContext
 from assistant.runtime.head import Artifact, PhraseHead
+from assistant.runtime.lookup import continuations
+from assistant.runtime.ranking import Calibrator, Draft, generic_prior, match_prior, select
 from assistant.runtime.tree import Tree
 from assistant.runtime.vocab import DraftVocab
 
@@ -69,34 +77,25 @@ class AdversarialDrafter(_Base):
 
 
 class PromptLookupDrafter(_Base):
-    """n-gram lookup in the context: continuations of earlier matches of the last n tokens."""
+    """Lookup in the context (prompt + answer so far): continuations of the earlier places that end like
+    it, longest match first (assistant.runtime.lookup), up to `length` tokens or the tree's depth."""
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, length: int = 8, matches: int = 2):
-        self.max_ngram, self.min_ngram, self.length, self.matches = max_ngram, min_ngram, length, matches
+    name = "prompt"
+
+    def __init__(self, length: int = 16, matches: int = 4, min_match: int = 1):
+        self.length, self.matches, self.min_match = length, matches, min_match
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
-        ids = ctx.ids
-        out: list[list[int]] = []
-        seen: set[tuple[int, ...]] = set()
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            if len(ids) <= n:
-                continue
-            tail = ids[-n:]
-            for start in range(len(ids) - n - 1, -1, -1):
-                if ids[start: start + n] == tail:
-                    cont = tuple(ids[start + n: start + n + self.length])
-                    if cont and cont not in seen:
-                        seen.add(cont)
-                        out.append(list(cont))
-                        if len(out) >= self.matches:
-                            return out
-            if out:
-                return out
-        return out
+        depth = max(1, min(self.length, ctx.max_nodes - 1))
+        arr = np.asarray(ctx.ids, dtype=np.int32)
+        return [Draft(c, ("prompt", min(m, 8)), match_prior(m, len(c)))
+                for m, c in continuations(arr, ctx.ids, depth, self.matches, self.min_match)]
 
 
 class PhraseDrafter(_Base):
     """Top-k phrases from the head, the best ones extended by a phrase-chain table."""
+
+    name = "phrase"
 
     def __init__(self, head: PhraseHead, vocab: DraftVocab, embeddings: torch.nn.Module,
                  top_k: int = 6, chain: torch.Tensor | None = None, chain_depth: int = 2, chain_width: int = 2,
@@ -149,20 +148,22 @@ class PhraseDrafter(_Base):
             frontier = nxt
         return paths
 
-    def _best_first(self, scores: torch.Tensor, budget: int) -> list[list[int]]:
-        """Row paths in order of path probability until `budget` tree nodes are used."""
+    def _best_first(self, scores: torch.Tensor, budget: int) -> tuple[list[list[int]], list[list[float]]]:
+        """Row paths in order of path probability until `budget` tree nodes are used, with the
+        probability of each path's prefixes (one per row)."""
         import heapq
 
         k = min(self.top_k, len(self.vocab))
         probs = torch.softmax(scores, -1)
         p, idx = probs.topk(k)
-        heap = [(-float(pi), n, [int(r)]) for n, (pi, r) in enumerate(zip(p.tolist(), idx.tolist()))]
+        heap = [(-float(pi), n, [int(r)], [float(pi)]) for n, (pi, r) in enumerate(zip(p.tolist(), idx.tolist()))]
         heapq.heapify(heap)
         tie = len(heap)
         nodes: set[tuple[int, ...]] = set()
         out: list[list[int]] = []
+        out_p: list[list[float]] = []
         while heap and len(nodes) < budget:
-            neg, _, path = heapq.heappop(heap)
+            neg, _, path, path_p = heapq.heappop(heap)
             toks: list[int] = []
             for r in path:
                 toks.extend(self.vocab.rows[r].tokens)
@@ -170,33 +171,42 @@ class PhraseDrafter(_Base):
             if new:
                 nodes.update(new)
                 out.append(path)
+                out_p.append(path_p)
             if len(path) < self.chain_depth and self.chain is not None:
                 last = path[-1]
                 for r, q in zip(self.chain[last, : self.chain_width].tolist(),
                                 self.chain_p[last, : self.chain_width].tolist()):
                     if r >= 0 and q > 0 and self.vocab.rows[r] is not None:
                         tie += 1
-                        heapq.heappush(heap, (neg * q, tie, path + [r]))
-        return out
+                        heapq.heappush(heap, (neg * q, tie, path + [r], path_p + [-neg * q]))
+        return out, out_p
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
+        """Drafts keyed by the head's probability of their first phrase (bucketed by halvings); the
+        prior of a token is the probability of the phrase path up to its phrase."""
         if ctx.features is None or len(self.vocab) == 0:
             return []
+        scores = self.scores(ctx)
         if self.chain_p is not None:
-            row_paths = self._best_first(self.scores(ctx), min(self.max_nodes or ctx.max_nodes, ctx.max_nodes) - 1)
+            row_paths, path_p = self._best_first(scores, min(self.max_nodes or ctx.max_nodes, ctx.max_nodes) - 1)
         else:
             k = min(self.top_k, len(self.vocab))
-            top = self.scores(ctx).topk(k).indices.tolist()
-            row_paths = []
-            for rank, r in enumerate(top):
-                row_paths.extend(self._chains(r) if rank < 2 else [[r]])
+            p, top = torch.softmax(scores, -1).topk(k)
+            row_paths, path_p = [], []
+            for rank, (pr, r) in enumerate(zip(p.tolist(), top.tolist())):
+                for chain in (self._chains(r) if rank < 2 else [[r]]):
+                    row_paths.append(chain)
+                    path_p.append([pr * 0.5 ** j for j in range(len(chain))])
         self._last = row_paths
         cands = []
-        for p in row_paths:
+        for rows, probs in zip(row_paths, path_p):
             toks: list[int] = []
-            for r in p:
+            prior: list[float] = []
+            for r, q in zip(rows, probs):
                 toks.extend(self.vocab.rows[r].tokens)
-            cands.append(toks)
+                prior.extend([q] * len(self.vocab.rows[r].tokens))
+            bucket = min(int(-math.log2(max(probs[0], 1e-9))), 9)
+            cands.append(Draft(toks, ("phrase", bucket), prior))
         return cands
 
     def observe(self, tree: Tree, path: list[int]) -> None:
@@ -214,9 +224,12 @@ class PhraseDrafter(_Base):
 
 
 class UnionDrafter(_Base):
-    """Candidates of several drafters, interleaved best-first, in one tree."""
+    """Candidates of several drafters ranked on one scale (assistant.runtime.ranking): each node's chance
+    of being accepted, from its drafter's own estimate calibrated by what the target accepted so far;
+    the tree takes the best nodes of all sources within the pass's width. `banked` counts the accepted
+    drafted tokens per source name."""
 
-    def __init__(self, *drafters):
+    def __init__(self, *drafters, calibrator: Calibrator | None = None):
         self.drafters = [d for d in drafters if d is not None]
         layers: list[int] = []
         for d in self.drafters:
@@ -224,39 +237,54 @@ class UnionDrafter(_Base):
                 if l not in layers:
                     layers.append(l)
         self.feature_layers = tuple(layers)
-        self._offsets: list[tuple[int, int, int]] = []
+        self.names = [getattr(d, "name", type(d).__name__) for d in self.drafters]
+        self.calibrator = calibrator or Calibrator()
+        self.banked: Counter = Counter()
+        self._chosen: dict = {}
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
-        lists = []
-        for d in self.drafters:
+        drafts = []
+        for si, d in enumerate(self.drafters):
             sub = ctx
             if ctx.features is not None and tuple(d.feature_layers) != self.feature_layers:
                 idx = [self.feature_layers.index(l) for l in d.feature_layers]
                 sub = DraftContext(ctx.ids, ctx.root, ctx.features[idx], ctx.max_nodes)
-            lists.append(d.propose(sub))
-        out, origin = [], []
-        for i in range(max((len(l) for l in lists), default=0)):
-            for di, l in enumerate(lists):
-                if i < len(l):
-                    out.append(l[i])
-                    origin.append((di, i))
-        self._origin = origin
-        return out
+            for di, c in enumerate(d.propose(sub)):
+                if not isinstance(c, Draft):
+                    c = Draft(c, ("rank", min(di, 7)), generic_prior(di, len(c)))
+                drafts.append((si, di, c))
+        cal = self.calibrator
+
+        def value(si: int, di: int, toks: Draft, depth: int) -> float:
+            return cal.value(si, toks.key, depth, toks.prior[min(depth, len(toks.prior)) - 1])
+
+        paths, self._chosen = select(drafts, ctx.max_nodes - 1, value)
+        return paths
 
     def observe(self, tree: Tree, path: list[int]) -> None:
-        for di, d in enumerate(self.drafters):
-            local = [next((i for (dj, i) in [self._origin[s]] if dj == di), -1) if s >= 0 else -1
-                     for s in tree.source]
-            sub = Tree(tree.tokens, tree.parents, tree.depths, tree.children, local)
-            d.observe(sub, path)
+        accepted = set(path)
+        prefixes: list[tuple[int, ...]] = [()]
+        for i in range(1, tree.size):
+            prefixes.append(prefixes[tree.parents[i]] + (tree.tokens[i],))
+        origin = [self._chosen.get(p) if i else None for i, p in enumerate(prefixes)]
+        for i, o in enumerate(origin):
+            if o is not None:
+                self.calibrator.record(o.source, o.key, o.depth, i in accepted)
+                if i in accepted:
+                    self.banked[self.names[o.source]] += 1
+        for si, d in enumerate(self.drafters):
+            local = [o.draft if o is not None and o.source == si else -1 for o in origin]
+            d.observe(Tree(tree.tokens, tree.parents, tree.depths, tree.children, local), path)
 
 
-def artifact_drafter(art: Artifact, embeddings: torch.nn.Module, history=None, **phrase) -> UnionDrafter:
+def artifact_drafter(art: Artifact, embeddings: torch.nn.Module, history=None, lookup: bool = True,
+                     **phrase) -> UnionDrafter:
     """The drafter the runtime runs for a head artifact: PhraseDrafter.from_artifact (the artifact's stored
-    tree shape, unless `phrase` settings such as top_k override it) with prompt lookup, in one tree; with
-    `history` (an AnswerIndex of the user's past answers) their lookup comes first: it proposes only on a
-    match of several tokens, and then its continuation is the likeliest text."""
+    tree shape, unless `phrase` settings such as top_k override it) with the in-context lookup (unless
+    `lookup` is False) and, with `history` (an AnswerIndex of the user's past answers), the lookup in
+    them: all ranked on one scale in one tree (UnionDrafter)."""
     from assistant.runtime.history_lookup import HistoryDrafter
 
     return UnionDrafter(HistoryDrafter(history) if history is not None else None,
-                        PhraseDrafter.from_artifact(art, embeddings, **phrase), PromptLookupDrafter())
+                        PhraseDrafter.from_artifact(art, embeddings, **phrase),
+                        PromptLookupDrafter() if lookup else None)

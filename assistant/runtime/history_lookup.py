@@ -3,9 +3,10 @@
 Contract: `AnswerIndex(max_tokens)` holds the token ids of past answers, newest last, in one int32
 array (answers separated by -1; at most `max_tokens`, the oldest answers dropped first: 4 bytes a
 token, so 10,000 answers of 256 tokens take 10 MB). `add(ids)` appends one answer. `lookup(context,
-length, matches, min_match)` finds the places where the context's last `min_match` tokens occur,
-extends each match backwards (up to `MAX_MATCH` tokens), and returns up to `matches` distinct
-continuations of at most `length` tokens, longest match first, the newest answer first among equals.
+length, matches, min_match)` returns up to `matches` distinct continuations of at most `length`
+tokens of the places that end like the context (at least `min_match` tokens), longest match first,
+the newest answer first among equals (assistant.runtime.lookup.continuations; `matches(...)` with
+the match lengths).
 `HistoryDrafter(index)` is that lookup as a drafter (assistant.runtime.drafters' contract): it proposes
 only on a match of `min_match` tokens or more, so text the user never wrote costs the tree nothing.
 
@@ -22,9 +23,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from assistant.runtime.decode import DraftContext
-
-SEP = -1
-MAX_MATCH = 16
+from assistant.runtime.lookup import SEP, continuations
+from assistant.runtime.ranking import Draft, match_prior
 
 
 class AnswerIndex:
@@ -71,52 +71,27 @@ class AnswerIndex:
 
     def lookup(self, context: Sequence[int], length: int = 16, matches: int = 2,
                min_match: int = 3) -> list[list[int]]:
-        a, n = self._arr, min_match
-        if len(context) < n or a.size <= n:
-            return []
-        tail = np.asarray(context[-n:], dtype=np.int32)
-        hit = a[: a.size - n] == tail[0]
-        for k in range(1, n):
-            hit &= a[k: a.size - n + k] == tail[k]
-        starts = np.flatnonzero(hit)            # a[s:s+n] == tail and a[s+n] is the continuation
-        if starts.size == 0:
-            return []
-        ranked = []
-        ctx = list(context)
-        for s in starts[::-1][:64]:             # the newest 64 places at most
-            m = n
-            while m < MAX_MATCH and m < len(ctx) and s - (m - n) - 1 >= 0 \
-                    and a[s - (m - n) - 1] == ctx[-m - 1]:
-                m += 1
-            ranked.append((m, int(s)))
-        ranked.sort(key=lambda t: -t[0])        # stable: newest first among equal matches
-        out: list[list[int]] = []
-        seen: set[tuple[int, ...]] = set()
-        for _, s in ranked:
-            cont = a[s + n: s + n + length]
-            stop = np.flatnonzero(cont == SEP)
-            if stop.size:
-                cont = cont[: stop[0]]
-            key = tuple(int(t) for t in cont)
-            if key and key not in seen:
-                seen.add(key)
-                out.append(list(key))
-                if len(out) >= matches:
-                    break
-        return out
+        return [c for _, c in self.matches(context, length, matches, min_match)]
+
+    def matches(self, context: Sequence[int], length: int = 16, matches: int = 2,
+                min_match: int = 3) -> list[tuple[int, list[int]]]:
+        """(match length, continuation) pairs, longest match first (assistant.runtime.lookup)."""
+        return continuations(self._arr, context, length, matches, min_match)
 
 
 class HistoryDrafter:
     """Continuations from the user's past answers (AnswerIndex), on matches of `min_match`+ tokens."""
 
     feature_layers: tuple[int, ...] = (-1,)
+    name = "history"
 
     def __init__(self, index: AnswerIndex, length: int = 16, matches: int = 2, min_match: int = 3):
         self.index, self.length, self.matches, self.min_match = index, length, matches, min_match
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
         depth = max(1, min(self.length, ctx.max_nodes - 1))
-        return self.index.lookup(ctx.ids, depth, self.matches, self.min_match)
+        return [Draft(c, ("history", min(m, 8)), match_prior(m, len(c)))
+                for m, c in self.index.matches(ctx.ids, depth, self.matches, self.min_match)]
 
     def observe(self, tree, path: list[int]) -> None:
         pass

@@ -21,3 +21,9 @@ def test_table_with_hf_prints_ratios():
                                 "phrase": {"tokens_per_pass": 2.5, "tokens_per_second": 12.0, "speedup_vs_hf": 1.5,
                                            "exact_match_vs_hf": 0.8}}))
     assert out.splitlines()[3].split() == ["phrase", "2.50", "12.00", "1.50x", "0.80"]
+
+
+def test_table_names_the_source_of_the_drafted_tokens():
+    out = format_table(_report({"phrase": {"tokens_per_pass": 2.0, "tokens_per_second": 10.0,
+                                           "banked_by_source": {"phrase": 30, "prompt": 10}}}))
+    assert "drafted tokens of phrase by source: phrase 30 (75%), prompt 10 (25%)" in out

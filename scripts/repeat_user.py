@@ -1,0 +1,100 @@
+"""A user who comes back to their own earlier material: tokens per pass with and without their history.
+
+The user first asks 20 questions the shipped head was not trained on (arena-hard 400-409, vicuna 0-9),
+each answer recorded in a fresh profile (`assistant ask --file`). Then 40 follow-ups, two per earlier
+answer: the same question asked again in other words ("I asked this before: ..."), and a question that
+quotes the first sentences of the earlier answer and asks for more. Both `assistant bench` runs answer
+the 40 follow-ups with the default drafter (fp32, same engine and threads): once with an empty history,
+once drafting from the profile's past answers too (`--history`). Prints tokens per pass of each, the
+gain, and whether every answer is token for token the same in both runs.
+
+usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EARLIER = (("arena_hard_prompts.jsonl", 400, 410), ("vicuna_bench_prompts.jsonl", 0, 10))
+
+
+def _prompt(record: dict) -> str:
+    for key in ("prompt", "question", "instruction", "text"):
+        if isinstance(record.get(key), str):
+            return record[key]
+    return record["turns"][0]
+
+
+def _opening(answer: str, chars: int = 240) -> str:
+    """The first sentences of an answer, at most about `chars` characters."""
+    sentences = re.split(r"(?<=[.!?])\s+", answer.strip())
+    out = ""
+    for s in sentences:
+        if out and len(out) + len(s) > chars:
+            break
+        out = f"{out} {s}".strip()
+    return out[: chars * 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--engine", default="eager")
+    a = ap.parse_args()
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, ASSISTANT_HOME=str(out / "home"))
+    cli = [sys.executable, "-m", "assistant.cli"]
+    common = ["--dtype", "fp32", "--engine", a.engine, "--threads", str(a.threads)]
+
+    earlier = []
+    for name, lo, hi in EARLIER:
+        lines = open(Path(a.data) / name, encoding="utf-8").read().splitlines()
+        earlier += [{"id": f"{name}:{i}", "prompt": _prompt(json.loads(lines[i]))} for i in range(lo, hi)]
+    (out / "earlier.jsonl").write_text("".join(json.dumps(r) + "\n" for r in earlier), encoding="utf-8")
+    print(f"1/3 answering {len(earlier)} earlier questions into a fresh profile", file=sys.stderr)
+    r = subprocess.run(cli + ["ask", "--file", str(out / "earlier.jsonl"), "--json", "--profile", "repeat",
+                              "--max-new-tokens", str(a.tokens)] + common, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"ask failed: {r.stderr.strip().splitlines()[-1:]}")
+    answers = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+
+    follow = []
+    for e, ans in zip(earlier, answers):
+        follow.append({"id": f"again:{e['id']}",
+                       "prompt": f"I asked you this before, but answer it once more:\n\n{e['prompt']}"})
+        follow.append({"id": f"quote:{e['id']}",
+                       "prompt": f"Earlier you told me:\n\n\"{_opening(ans['answer'])}\"\n\nGo on from there: "
+                                 f"explain the rest of your answer to \"{e['prompt'][:200]}\"."})
+    (out / "followups.jsonl").write_text("".join(json.dumps(r) + "\n" for r in follow), encoding="utf-8")
+
+    reports = {}
+    for i, (label, extra) in enumerate((("empty", []), ("history", ["--history"]))):
+        print(f"{i + 2}/3 bench of the {len(follow)} follow-ups, {label} history", file=sys.stderr)
+        path = out / f"{label}.json"
+        r = subprocess.run(cli + ["bench", "--dataset", str(out / "followups.jsonl"), "--methods", "phrase",
+                                  "--profile", "repeat", "--max-new-tokens", str(a.tokens), "--json", str(path)]
+                           + common + extra, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"bench failed: {r.stderr.strip().splitlines()[-1:]}")
+        reports[label] = json.loads(path.read_text())
+    e, h = (reports[k]["methods"]["phrase"] for k in ("empty", "history"))
+    same = sum(x["tokens"] == y["tokens"] for x, y in zip(reports["empty"]["per_prompt"], reports["history"]["per_prompt"]))
+    print(json.dumps({"followups": len(follow), "tokens_per_pass_empty": e["tokens_per_pass"],
+                      "tokens_per_pass_history": h["tokens_per_pass"],
+                      "gain": h["tokens_per_pass"] / e["tokens_per_pass"] - 1,
+                      "banked_by_source_history": h.get("banked_by_source"),
+                      "identical_outputs": f"{same}/{len(follow)}", "cpu_flags": reports["history"].get("cpu_flags")},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()

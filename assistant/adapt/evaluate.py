@@ -11,7 +11,9 @@ real loop's tokens per pass up to floating-point differences between a prefill
 and a tree forward. With `width` (a fresh assistant.runtime.width.WidthController built from the
 runtime's verify costs) every pass is verified at the width the controller picks, as the runtime
 does, instead of a fixed `max_nodes`: the figure is then what the user sees live, not what a fixed
-wide tree would bank. Returns {"tokens_per_pass", "passes", "tokens", "hist", "mean_width"}.
+wide tree would bank. A drafter that ranks its sources online (assistant.runtime.drafters.UnionDrafter)
+learns from every replayed pass as it does live (`calibrate`); the head's row usage statistics are
+left alone (they count live use only). Returns {"tokens_per_pass", "passes", "tokens", "hist", "mean_width"}.
 `pause()`, when given, is called before every pass (a background adapter yields there).
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
     layers = tuple(getattr(drafter, "feature_layers", (-1,)))
     hidden = hidden or features.feats.shape[1] // len(features.layers)
     x = features.select_layers(layers, hidden)
+    calibrate = getattr(drafter, "calibrate", None)
     where = {(s, p): k for k, (s, p) in enumerate(zip(features.seq.tolist(), features.pos.tolist()))}
     passes = tokens = 0
     hist: Counter = Counter()
@@ -66,6 +69,8 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
                 path.append(node)
             if width is not None:
                 width.observe(path, w)
+            if calibrate is not None and tree.size > 1:
+                calibrate(tree, path)
             hist[j - i] += 1
             i = j + 1        # bonus token a_{j+1} is the new pending token
             passes += 1

@@ -261,7 +261,9 @@ class UnionDrafter(_Base):
         paths, self._chosen = select(drafts, ctx.max_nodes - 1, value)
         return paths
 
-    def observe(self, tree: Tree, path: list[int]) -> None:
+    def calibrate(self, tree: Tree, path: list[int]) -> list:
+        """Learn from one verified tree what each source's nodes are worth (the ranking's calibration and
+        `banked`); returns the Origin of every tree node (None for the root and unknown nodes)."""
         accepted = set(path)
         prefixes: list[tuple[int, ...]] = [()]
         for i in range(1, tree.size):
@@ -272,6 +274,10 @@ class UnionDrafter(_Base):
                 self.calibrator.record(o.source, o.key, o.depth, i in accepted)
                 if i in accepted:
                     self.banked[self.names[o.source]] += 1
+        return origin
+
+    def observe(self, tree: Tree, path: list[int]) -> None:
+        origin = self.calibrate(tree, path)
         for si, d in enumerate(self.drafters):
             local = [o.draft if o is not None and o.source == si else -1 for o in origin]
             d.observe(Tree(tree.tokens, tree.parents, tree.depths, tree.children, local), path)

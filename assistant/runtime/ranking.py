@@ -12,8 +12,10 @@ Contract:
   gains them. It lives as long as its drafter (one chat session: this answer and the ones before).
 - `select(drafts, budget, value)` merges the drafts into a prefix trie (a shared prefix keeps its
   best value) and takes `budget` nodes best-first by value, a node only after its parent: the tree
-  with the most expected accepted tokens the values allow. It returns the root-to-leaf paths of the
-  chosen subtree (best first) and, per chosen node (its token prefix), which draft gave its value.
+  with the most expected accepted tokens the values allow. It returns each chosen node's path (its
+  token prefix) in the order chosen, so assistant.runtime.tree.build_tree inserts the nodes in that
+  order and the first w' nodes are the best tree of w' nodes (what assistant.runtime.width's
+  controller assumes), and, per chosen node, which draft gave its value.
 
 The expected number of drafted tokens a pass banks is the sum of its nodes' acceptance chances, so
 taking nodes by that chance, across sources, is what the width the cost model allows should hold.
@@ -84,8 +86,8 @@ def select(drafts: Sequence[tuple[int, int, Sequence[int]]], budget: int,
     """Best-first subtree of the drafts' prefix trie (module contract).
 
     drafts: (source, draft index, tokens); value(source, draft index, tokens, depth) -> chance that
-    tokens[:depth] is accepted. Returns (paths of the chosen subtree, leaves best first;
-    {token prefix: Origin} for every chosen node)."""
+    tokens[:depth] is accepted. Returns (the token prefix of every chosen node, in the order chosen;
+    {token prefix: Origin} for each of them)."""
     best: dict[tuple[int, ...], tuple[float, Origin]] = {}
     children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for source, di, toks in drafts:
@@ -112,8 +114,7 @@ def select(drafts: Sequence[tuple[int, int, Sequence[int]]], budget: int,
         for c in children.get(node, []):
             tie += 1
             heapq.heappush(heap, (-best[c][0], tie, c))
-    leaves = [n for n in order if not any(c in chosen for c in children.get(n, []))]
-    return [list(n) for n in leaves], chosen
+    return [list(n) for n in order], chosen
 
 
 __all__ = ["Calibrator", "Draft", "Origin", "generic_prior", "match_prior", "select"]

@@ -20,8 +20,9 @@ def test_select_takes_nodes_best_first_across_drafts():
     paths, chosen = select(drafts, 4, _value(drafts))
     assert set(chosen) == {(1,), (4,), (4, 5), (1, 7)}    # 0.9, 0.6, 0.5, 0.3 beat a's 0.2 and 0.1
     assert chosen[(1,)].key == "a" and chosen[(4, 5)].depth == 2 and chosen[(1, 7)].draft == 1
+    assert paths == [[1], [4], [4, 5], [1, 7]]             # in the order chosen: best first, parents first
     tree = build_tree(0, paths, 5)
-    assert tree.size == 5                                   # the leaves rebuild exactly the chosen nodes
+    assert tree.tokens == [0, 1, 4, 5, 7]                   # inserted in that order: its first k nodes are the best k
 
 
 def test_select_never_ranks_a_child_above_its_parent():

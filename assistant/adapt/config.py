@@ -33,7 +33,7 @@ class CycleConfig:
     rehearsal_prompts: int = 32       # original-domain answers mixed into every fine-tune (0: none)
     rehearsal_share: float = 0.3      # share of each fine-tune batch drawn from them
     margin: float = 0.03              # allowed relative drop of anchor tokens/pass
-    history_lookup: bool = False      # judge with the runtime's lookup in past answers (assistant.session's setting)
+    history_lookup: bool | None = None  # judge with the runtime's lookup in past answers (None: the profile's setting)
     max_nodes: int | None = None      # None: the runtime's widths on this device (online control, <= tree_width)
     feature_batch: int = 1            # answers per prefill, and
     feature_chunk: int | None = 64    # tokens per piece of it: pause() runs between pieces, so a chat answer

@@ -153,7 +153,8 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     held_answers, held_feats = merge_held_out(prev_answers, prev_feats, ans_eval, f_eval, config.held_out_keep)
     in_sample = not held_answers
     user = (held_answers, held_feats) if held_answers else (ans_train, f_train)
-    past = AnswerIndex.from_answers(a.answer_ids for a in ans_train) if config.history_lookup else None
+    lookup = profile.config.history_lookup if config.history_lookup is None else config.history_lookup
+    past = AnswerIndex.from_answers(a.answer_ids for a in ans_train) if lookup else None
     before, after = measure(drafter(art, emb_module, past), drafter(new_art, emb_module, past), user,
                             (anchor_answers, anchor_feats), widths, pause, on_stage)
     accepted, reasons = judge(before, after, config.margin, user_in_sample=in_sample)

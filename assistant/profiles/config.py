@@ -14,6 +14,8 @@ truncated one. The file layout:
     system_prompt = ""
     keep_versions = 5           # head versions kept in heads/
     threads = 2                 # optional: torch threads of the answers (default: measured, fitted to the load)
+    history_lookup = true       # draft from this profile's past answers too (assistant.runtime.history_lookup)
+    history_tokens = 1000000    # most tokens of past answers it indexes, newest kept (4 bytes each)
     [adapter]
     enabled = true
     min_new_answers = 20        # accepted answers before a cycle
@@ -46,6 +48,8 @@ class ProfileConfig:
     system_prompt: str = ""
     keep_versions: int = 5
     threads: int | None = None
+    history_lookup: bool = True
+    history_tokens: int = 1_000_000
     adapter_enabled: bool = True
     adapter_min_new_answers: int = 20
     adapter_interval_s: float = 300
@@ -74,7 +78,7 @@ class ProfileConfig:
 
 
 TOP_KEYS = ("target", "dtype", "memory_budget", "tree_width", "max_new_tokens", "system_prompt", "keep_versions",
-            "threads")
+            "threads", "history_lookup", "history_tokens")
 _EXAMPLES = {"memory_budget": '"8GiB"', "threads": "2"}     # optional keys, shown commented out
 ADAPTER_KEYS = {"enabled": "adapter_enabled", "min_new_answers": "adapter_min_new_answers",
                 "interval_s": "adapter_interval_s", "row_budget": "row_budget"}

@@ -38,7 +38,8 @@ def test_open_missing_without_create(home):
 def test_round_trip_and_update(home):
     p = Profile.open("a")
     cfg = p.update_config(target="/models/x", dtype="int8", memory_budget="8GiB", tree_width=32,
-                          system_prompt='Say "hi"\nthen\tstop \\ ok', adapter_enabled=False, adapter_interval_s=12.5)
+                          system_prompt='Say "hi"\nthen\tstop \\ ok', adapter_enabled=False, adapter_interval_s=12.5,
+                          history_lookup=False, history_tokens=5000)
     again = Profile.open("a").config
     assert again == cfg
     assert again.memory_budget_bytes == 8 * 2**30
@@ -55,6 +56,8 @@ def test_round_trip_and_update(home):
     ("colour = \"red\"\n", "colour"),
     ("[adapter]\nenabled = \"yes\"\n", "adapter.enabled"),
     ("[adapter]\nspeed = 1\n", "adapter.speed"),
+    ("history_lookup = 1\n", "history_lookup"),
+    ("history_tokens = -5\n", "history_tokens"),
 ])
 def test_bad_values_name_key_and_file(home, text, key):
     p = Profile.open("x")

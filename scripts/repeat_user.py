@@ -61,6 +61,7 @@ def main() -> None:
         earlier += [{"id": f"{name}:{i}", "prompt": _prompt(json.loads(lines[i]))} for i in range(lo, hi)]
     (out / "earlier.jsonl").write_text("".join(json.dumps(r) + "\n" for r in earlier), encoding="utf-8")
     print(f"1/3 answering {len(earlier)} earlier questions into a fresh profile", file=sys.stderr)
+    subprocess.run(cli + ["profile", "create", "repeat"], env=env, capture_output=True, text=True)
     r = subprocess.run(cli + ["ask", "--file", str(out / "earlier.jsonl"), "--json", "--profile", "repeat",
                               "--max-new-tokens", str(a.tokens)] + common, env=env, capture_output=True, text=True)
     if r.returncode != 0:

@@ -10,7 +10,7 @@ Because the decode loop keeps exactly the target's greedy tokens, this equals th
 real loop's tokens per pass up to floating-point differences between a prefill
 and a tree forward. With `width` (a fresh assistant.runtime.width.WidthController built from the
 runtime's verify costs) every pass is verified at the width the controller picks, as the runtime
-does, instead of a fixed `max_nodes`: the figure is then what the user sees live, not what a fixed
+does (assistant.runtime.decode.propose, the same function), instead of a fixed `max_nodes`: the figure is then what the user sees live, not what a fixed
 wide tree would bank. A drafter that ranks its sources online (assistant.runtime.drafters.UnionDrafter)
 learns from every replayed pass as it does live (`calibrate`); the head's row usage statistics are
 left alone (they count live use only). Returns {"tokens_per_pass", "passes", "tokens", "hist", "mean_width"}.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from assistant.adapt.distill import Answer
 from assistant.adapt.features import Features
-from assistant.runtime.decode import DraftContext
+from assistant.runtime.decode import DraftContext, propose
 from assistant.runtime.tree import build_tree
 
 if TYPE_CHECKING:
@@ -55,11 +55,11 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
             if pause is not None:
                 pause()
             f = x[where[(ai, i)]].reshape(len(layers), hidden)
-            w = min(width.next_width(), max_nodes) if width is not None else max_nodes
+            ctx = DraftContext(ids=a.prompt_ids + ref[: i + 1], root=ref[i], features=f, max_nodes=max_nodes)
+            candidates, w = propose(drafter, ctx, width)
             widths += w
             drafts += 1
-            ctx = DraftContext(ids=a.prompt_ids + ref[: i + 1], root=ref[i], features=f, max_nodes=w)
-            tree = build_tree(ref[i], drafter.propose(ctx), w)
+            tree = build_tree(ref[i], candidates, w)
             node, j, path = 0, i, [0]
             while j + 1 < n:
                 child = tree.children[node].get(ref[j + 1])

@@ -56,7 +56,10 @@ class Drafter(Protocol):
     feature_layers: tuple[int, ...]
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
-        """Candidate continuations after ctx.root, best first."""
+        """Candidate continuations after ctx.root, best first. A drafter that ranks its nodes
+        (assistant.runtime.drafters.UnionDrafter) returns one path per tree node in the order chosen
+        and sets `node_values` (each node's chance of being accepted), so the first w - 1 paths are
+        the best tree of w nodes."""
 
     def observe(self, tree: Tree, path: list[int]) -> None:
         """Told which nodes of its tree were accepted (for statistics/adaptation)."""
@@ -76,6 +79,22 @@ class Step:
 
 
 PHASES = ("prefill", "propose", "tree", "verify", "accept", "commit")
+
+
+def propose(drafter: Drafter | None, ctx: DraftContext, width: WidthController | None = None
+            ) -> tuple[list[list[int]], int]:
+    """One pass's candidates and verify width (<= ctx.max_nodes). The drafter proposes for the widest
+    tree allowed; the width controller then picks the width, from the drafter's `node_values` for this
+    pass when it ranks its nodes (and the candidates are cut to that tree), else from what each width
+    banked lately; without a controller the pass uses ctx.max_nodes."""
+    if drafter is None:
+        return [], 1
+    candidates = drafter.propose(ctx) if ctx.max_nodes > 1 else []
+    values = getattr(drafter, "node_values", None) if candidates else None
+    if width is None:
+        return candidates, ctx.max_nodes
+    w = min(width.next_width(values), ctx.max_nodes)
+    return (candidates[: w - 1] if values is not None else candidates), w
 
 
 @dataclass
@@ -154,15 +173,12 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
             yield Step(tokens=[], drafted=0, text="", finish="cancelled")
             return
         t0 = time.perf_counter()
-        w = min(width.next_width(), config.max_nodes) if width is not None and drafter is not None \
-            else config.max_nodes
         room = engine.room(cache, prefix_len)
         if room is not None and room < 1:      # the context is full: stop where a bounded greedy would
             yield Step(tokens=[], drafted=0, text=stream.flush(), finish="length")
             return
-        w = min(w, room) if room is not None else w
-        ctx = DraftContext(ids=ids, root=root, features=feats, max_nodes=w)
-        candidates = drafter.propose(ctx) if drafter is not None and w > 1 else []
+        cap = min(config.max_nodes, room) if room is not None else config.max_nodes
+        candidates, w = propose(drafter, DraftContext(ids=ids, root=root, features=feats, max_nodes=cap), width)
         t1 = time.perf_counter()
         tree = build_tree(root, candidates, w)
         t2 = time.perf_counter()

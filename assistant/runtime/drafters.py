@@ -226,8 +226,9 @@ class PhraseDrafter(_Base):
 class UnionDrafter(_Base):
     """Candidates of several drafters ranked on one scale (assistant.runtime.ranking): each node's chance
     of being accepted, from its drafter's own estimate calibrated by what the target accepted so far;
-    the tree takes the best nodes of all sources within the pass's width. `banked` counts the accepted
-    drafted tokens per source name."""
+    the tree takes the best nodes of all sources. `propose` returns one path per chosen node, best
+    first, with their values in `node_values` (the width controller picks this pass's width from them,
+    assistant.runtime.decode.propose). `banked` counts the accepted drafted tokens per source name."""
 
     def __init__(self, *drafters, calibrator: Calibrator | None = None):
         self.drafters = [d for d in drafters if d is not None]
@@ -240,6 +241,7 @@ class UnionDrafter(_Base):
         self.names = [getattr(d, "name", type(d).__name__) for d in self.drafters]
         self.calibrator = calibrator or Calibrator()
         self.banked: Counter = Counter()
+        self.node_values: list[float] = []   # the last proposal's node values, in its order (decode.propose)
         self._chosen: dict = {}
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
@@ -259,6 +261,7 @@ class UnionDrafter(_Base):
             return cal.value(si, toks.key, depth, toks.prior[min(depth, len(toks.prior)) - 1])
 
         paths, self._chosen = select(drafts, ctx.max_nodes - 1, value)
+        self.node_values = [self._chosen[tuple(p)].value for p in paths]
         return paths
 
     def calibrate(self, tree: Tree, path: list[int]) -> list:

@@ -72,12 +72,13 @@ class Calibrator:
 @dataclass(frozen=True)
 class Origin:
     """Which draft gave a chosen node its value: source (drafter index), draft index in that source's
-    list, the draft's key and the node's depth inside the draft (1 = its first token)."""
+    list, the draft's key, the node's depth inside the draft (1 = its first token) and the value."""
 
     source: int
     draft: int
     key: Hashable
     depth: int
+    value: float
 
 
 def select(drafts: Sequence[tuple[int, int, Sequence[int]]], budget: int,
@@ -101,7 +102,7 @@ def select(drafts: Sequence[tuple[int, int, Sequence[int]]], budget: int,
                 children.setdefault(prefix[:-1], []).append(prefix)
             if old is None or v > old[0]:
                 key = getattr(toks, "key", None)
-                best[prefix] = (v, Origin(source, di, key, d))
+                best[prefix] = (v, Origin(source, di, key, d, v))
     chosen: dict[tuple[int, ...], Origin] = {}
     order: list[tuple[int, ...]] = []
     heap = [(-best[c][0], n, c) for n, c in enumerate(children.get((), []))]

@@ -14,8 +14,12 @@ No torch and nothing heavy is imported, so the budget planner and the profile se
 
 Online control: `WidthController(costs, cap)` takes the measured seconds of one verify forward
 per width ({w: s}, assistant.runtime.costmodel, in the weight layout in use) and picks the width
-of every pass: `next_width()` before it, `observe(path, width)` after it, with the
-accepted path (tree node indices, root first) of a pass verified at `width`.
+of every pass: `next_width(values)` before it, `observe(path, width)` after it, with the
+accepted path (tree node indices, root first) of a pass verified at `width`. With `values` (a
+ranking drafter's chance of acceptance for each node of this pass's tree, best first) the width is
+the one with the most expected tokens per second for this very tree: a pass whose copy matches
+eight tokens gets a wide tree, a pass with nothing likely gets none; without them, the width that
+banked the most per second lately (below).
 
 From one pass at width w it learns what every measured width w' <= w would have
 banked: tree nodes are inserted best first and parents before children, so the first
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 DEFAULT_WIDTH = 16        # most verify nodes per pass, root included, when nothing asks for another
 
@@ -88,12 +92,23 @@ class WidthController:
         self._gap = self.explore_every
         self._next_explore = self.passes + 1
 
-    def next_width(self) -> int:
+    def best_for(self, values: Sequence[float]) -> int:
+        """The width with the most expected tokens per second for THIS pass's tree: `values` are the
+        chances of its nodes (best first, the tree of w nodes being the first w - 1) to be accepted, whose
+        sum is the expected number of drafted tokens banked (assistant.runtime.ranking)."""
+        csum = [0.0]
+        for v in values:
+            csum.append(csum[-1] + v)
+        return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, len(values))]) / self.costs[w])
+
+    def next_width(self, values: Sequence[float] | None = None) -> int:
+        """The width of the next pass: the cap when exploring; else, with the drafter's node values for
+        this pass, `best_for(values)`; without them the best width by what each width banked so far."""
         self.passes += 1
         if self.passes == 1 or (self.explore_every and self.passes >= self._next_explore):
             self._exploring = True
             return self.cap
-        return self.best()
+        return self.best() if values is None else self.best_for(values)
 
     def observe(self, path: list[int], width: int) -> None:
         for w in self.widths:

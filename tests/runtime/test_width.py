@@ -107,3 +107,31 @@ def test_decode_with_controller_equals_generate(tiny_target):
         assert out == ref
         assert max(stats.tree_sizes) <= 8
     assert sum(c.seen.values()) > 0
+
+
+def test_node_values_pick_this_passes_width():
+    c = WidthController({1: 1.0, 4: 1.2, 16: 2.0}, 16, explore_every=0)
+    c.next_width()                                            # the first pass explores at the cap
+    assert c.next_width([0.05] * 15) == 1                     # nothing likely: no tree at all
+    assert c.next_width([0.9, 0.8, 0.7] + [0.01] * 12) == 4   # a likely copy of 3 tokens: 4 nodes
+    assert c.next_width([0.9] * 15) == 16                     # a long likely copy: the widest tree
+
+
+def test_propose_cuts_a_ranked_proposal_to_the_chosen_width():
+    from assistant.runtime.decode import DraftContext, propose
+    from assistant.runtime.drafters import UnionDrafter
+    from assistant.runtime.ranking import Draft
+
+    class Copy:
+        feature_layers, name = (-1,), "prompt"
+
+        def propose(self, ctx):
+            return [Draft([5, 6, 7], ("prompt", 8), [0.9, 0.8, 0.7]), Draft([9] * 12, ("prompt", 1), [0.01] * 12)]
+
+        def observe(self, tree, path):
+            pass
+
+    c = WidthController({1: 1.0, 4: 1.2, 16: 2.0}, 16, explore_every=0)
+    c.next_width()
+    candidates, w = propose(UnionDrafter(Copy()), DraftContext([1], 1, None, 16), c)
+    assert w == 4 and candidates == [[5], [5, 6], [5, 6, 7]]

@@ -77,6 +77,11 @@ class WidthController:
         self.s = {w: 0.0 for w in self.widths}        # decayed drafted tokens per width
         self.seen = {w: 0 for w in self.widths}       # raw observation counts
         self.passes = 0
+        # per width: decayed sums of the drafted tokens the node values predicted and of those banked,
+        # over passes with values (their ratio corrects the values' bias at that width)
+        self.pred = {w: 0.0 for w in self.widths}
+        self.real = {w: 0.0 for w in self.widths}
+        self._csum: list[float] | None = None
 
     def drafted(self, w: int) -> float:
         """Expected drafted tokens per pass at width w: the decayed mean of what it banked, with the
@@ -92,21 +97,31 @@ class WidthController:
         self._gap = self.explore_every
         self._next_explore = self.passes + 1
 
+    def value_scale(self, w: int) -> float:
+        """Banked / predicted drafted tokens at width w so far (1 with no evidence; 2 tokens of prior)."""
+        return (self.real[w] + 2.0) / (self.pred[w] + 2.0)
+
     def best_for(self, values: Sequence[float]) -> int:
         """The width with the most expected tokens per second for THIS pass's tree: `values` are the
         chances of its nodes (best first, the tree of w nodes being the first w - 1) to be accepted, whose
-        sum is the expected number of drafted tokens banked (assistant.runtime.ranking)."""
+        sum is the expected number of drafted tokens banked (assistant.runtime.ranking), scaled by how
+        that sum compared with what was banked at that width so far."""
         csum = [0.0]
         for v in values:
             csum.append(csum[-1] + v)
-        return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, len(values))]) / self.costs[w])
+        self._csum = csum
+        return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, len(values))] * self.value_scale(w))
+                   / self.costs[w])
 
     def next_width(self, values: Sequence[float] | None = None) -> int:
         """The width of the next pass: the cap when exploring; else, with the drafter's node values for
         this pass, `best_for(values)`; without them the best width by what each width banked so far."""
         self.passes += 1
+        self._csum = None
         if self.passes == 1 or (self.explore_every and self.passes >= self._next_explore):
             self._exploring = True
+            if values is not None:
+                self.best_for(values)           # keeps this pass's predictions for observe()
             return self.cap
         return self.best() if values is None else self.best_for(values)
 
@@ -122,13 +137,20 @@ class WidthController:
             self.n[w] = self.n[w] * self.decay + 1.0
             self.s[w] = self.s[w] * self.decay + kept
             self.seen[w] += 1
+            if self._csum is not None:
+                self.pred[w] = self.pred[w] * self.decay + self._csum[min(w - 1, len(self._csum) - 1)]
+                self.real[w] = self.real[w] * self.decay + kept
         if self._exploring:
             self._exploring = False
             self._gap = self.explore_every if self.best() == self.cap else min(2 * self._gap, self.explore_max)
             self._next_explore = self.passes + self._gap
 
     def summary(self) -> dict[str, float]:
-        return {str(w): round(self.drafted(w) + 1.0, 3) for w in self.widths}
+        """Tokens per pass expected at each width from what it banked (and, where node values were
+        given, `scale@w`: banked / predicted drafted tokens)."""
+        out = {str(w): round(self.drafted(w) + 1.0, 3) for w in self.widths}
+        out.update({f"scale@{w}": round(self.value_scale(w), 3) for w in self.widths if self.pred[w] > 0})
+        return out
 
 
 @dataclass(frozen=True)

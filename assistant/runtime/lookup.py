@@ -7,6 +7,9 @@ measures each match backwards (up to `MAX_MATCH` tokens), and returns up to `mat
 newest place (highest index) first among equals. A place whose continuation would start past the end
 of `arr` is no match, so the context itself can be `arr` (prompt lookup) without finding its own tail.
 
+`match_starts(arr, tail)` is the vectorised scan; an index that knows the places passes them as
+`starts` instead (assistant.runtime.history_lookup keeps its 3-grams sorted).
+
 Used by the in-context lookup (assistant.runtime.drafters.PromptLookupDrafter) and the lookup in a
 profile's past answers (assistant.runtime.history_lookup); the scan and the backward extension are
 vectorised, ~0.1 ms on a few thousand tokens here.
@@ -22,16 +25,35 @@ MAX_MATCH = 16
 NEWEST = 64        # places measured at most (the newest)
 
 
+def match_starts(arr: np.ndarray, tail: Sequence[int], lo: int = 0) -> np.ndarray:
+    """Positions s >= lo, ascending, where arr[s : s + len(tail)] == tail and arr[s + len(tail)] exists."""
+    n = len(tail)
+    if arr.size - lo <= n:
+        return np.zeros(0, dtype=np.int64)
+    t = np.asarray(tail, dtype=np.int32)
+    hit = arr[lo: arr.size - n] == t[0]
+    for k in range(1, n):
+        hit &= arr[lo + k: arr.size - n + k] == t[k]
+    return np.flatnonzero(hit) + lo
+
+
 def continuations(arr: np.ndarray, context: Sequence[int], length: int, matches: int,
-                  min_match: int) -> list[tuple[int, list[int]]]:
+                  min_match: int, starts: np.ndarray | None = None) -> list[tuple[int, list[int]]]:
+    """See the module contract. `starts`: the match places of the context's last `min_match` tokens when
+    an index already knows them (any order, checked here), instead of scanning `arr`."""
     n = min_match
     if n < 1 or len(context) < n or arr.size <= n or length < 1 or matches < 1:
         return []
-    tail = np.asarray(context[-n:], dtype=np.int32)
-    hit = arr[: arr.size - n] == tail[0]
-    for k in range(1, n):
-        hit &= arr[k: arr.size - n + k] == tail[k]
-    starts = np.flatnonzero(hit)[::-1][:NEWEST]      # arr[s:s+n] == tail, arr[s+n] continues it
+    tail = list(context[-n:])
+    if starts is None:
+        starts = match_starts(arr, tail)
+    else:
+        starts = np.unique(starts[(starts >= 0) & (starts < arr.size - n)])
+        ok = np.ones(starts.size, dtype=bool)
+        for k in range(n):
+            ok &= arr[starts + k] == tail[k]
+        starts = starts[ok]
+    starts = starts[::-1][:NEWEST]                   # arr[s:s+n] == tail, arr[s+n] continues it; newest first
     if starts.size == 0:
         return []
     ctx = np.asarray(context, dtype=np.int32)
@@ -63,4 +85,4 @@ def continuations(arr: np.ndarray, context: Sequence[int], length: int, matches:
     return out
 
 
-__all__ = ["MAX_MATCH", "SEP", "continuations"]
+__all__ = ["MAX_MATCH", "SEP", "continuations", "match_starts"]

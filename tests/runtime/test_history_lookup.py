@@ -38,3 +38,31 @@ def test_the_oldest_answers_go_first_when_full():
     assert idx.lookup([1, 2, 3]) == [] and idx.lookup([4, 5], min_match=2) == [[6]]
     assert list(idx._arr).count(SEP) == idx.answers
     assert len(AnswerIndex.from_answers([[1] * 6, [2] * 6], max_tokens=10)) == 7   # newest kept
+
+
+def test_ten_thousand_answers_fit_in_fifty_megabytes():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    answers = [rng.integers(0, 49152, 256).tolist() for _ in range(10_000)]
+    idx = AnswerIndex.from_answers(answers, max_tokens=3_000_000)
+    assert idx.answers == 10_000 and idx.nbytes <= 50_000_000        # 16 bytes a token: tokens + sorted 3-grams
+    ctx = answers[1234][:40]
+    found = idx.matches(ctx, length=16, matches=2, min_match=3)
+    assert found[0] == (16, answers[1234][40:56])                     # the longest match: the answer itself
+
+
+def test_the_sorted_index_finds_what_a_scan_finds_while_answers_come_and_go(monkeypatch):
+    import numpy as np
+
+    import assistant.runtime.history_lookup as hl
+    from assistant.runtime.lookup import continuations
+
+    monkeypatch.setattr(hl, "MERGE", 50)                 # rebuild often: the old keys, the new scan, the drops
+    rng = np.random.default_rng(1)
+    idx = AnswerIndex(max_tokens=400)
+    for step in range(60):
+        idx.add(rng.integers(0, 12, int(rng.integers(5, 30))).tolist())
+        ctx = rng.integers(0, 12, 8).tolist()
+        assert idx.matches(ctx, 6, 3, 3) == continuations(idx._arr, ctx, 6, 3, 3), step
+        assert len(idx) <= 400

@@ -300,7 +300,8 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
         from assistant.runtime.budget import plan_session
 
         p = plan_session(sc.target, sc.dtype, cfg.memory_budget, tree_width=sc.tree_width, device=sc.device,
-                         head_path=sc.head_path, head_rows=cfg.row_budget, max_context=sc.max_context)
+                         head_path=sc.head_path, head_rows=cfg.row_budget, max_context=sc.max_context,
+                         history_tokens=sc.history_tokens if sc.history_lookup else 0)
         sc = replace(sc, max_context=p.max_context, tree_width=plan_width(sc.tree_width, budget=p.tree_width).cap)
     return sc
 

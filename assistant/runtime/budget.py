@@ -14,6 +14,8 @@ memory, ...)` returns a `BudgetPlan` whose byte terms are:
   oneDNN's packed copy (assistant.runtime.layout; measured: SmolLM2 bf16 RSS 650 -> 722-757 MB).
 - head: the phrase head's fp32 parameters for `head_rows` rows (or a given artifact's
   file size) plus its vocabulary tables (assistant.runtime.headconfig counts them).
+- history (cpu only: it lives in host memory): the lookup in the profile's past answers,
+  16 bytes a token of its bound (assistant.runtime.history_lookup; profile.toml history_tokens).
 - overhead: the process (cpu: Python + torch + transformers + model code + the
   tokenizer, calibrated by RSS on SmolLM2) or the CUDA context (cuda).
 - activations: the largest block one forward pass runs: max(tree width, prefill
@@ -44,7 +46,7 @@ from typing import Any, Mapping
 
 from assistant.runtime.headconfig import HeadConfig
 from assistant.runtime.shapes import DTYPE_BYTES, BudgetError, ModelShape, load_shape
-from assistant.runtime.sizes import format_size, parse_size
+from assistant.runtime.sizes import ANSWER_INDEX_BYTES_PER_TOKEN, format_size, parse_size
 from assistant.runtime.width import DEFAULT_WIDTH, fit_width
 
 AUTO_DTYPES = ("bf16", "int8")  # dtype="auto": the most precise of these that fits
@@ -142,6 +144,7 @@ class BudgetPlan:
             "weights": f"weights ({self.parameters / 1e9:.3g}B parameters, {self.dtype}"
                        + (", embeddings/norms 16-bit)" if self.dtype == "int8" else ")"),
             "head": "phrase head + vocabulary",
+            "history": "lookup in past answers (tokens + sorted 3-grams)",
             "overhead": "process (python, torch, tokenizer)" if self.device == "cpu" else "CUDA context",
             "activations": f"largest forward block ({max(self.tree_width, self.prefill_chunk)} tokens)",
             "kv_cache": f"KV cache {format_size(self.kv_per_token)}/token x "
@@ -157,7 +160,7 @@ class BudgetPlan:
 
 
 def _fixed_terms(shape: ModelShape, budget: int, dtype: str, dev: str, head_rows: int,
-                 head_bytes: int | None) -> dict[str, int]:
+                 head_bytes: int | None, history_bytes: int = 0) -> dict[str, int]:
     if head_bytes is None:
         head_bytes = HeadConfig(hidden_size=shape.hidden).memory_bytes(head_rows)
     if dev == "cpu":
@@ -169,16 +172,19 @@ def _fixed_terms(shape: ModelShape, budget: int, dtype: str, dev: str, head_rows
     weights = shape.weight_bytes(dtype)
     if dev == "cpu" and shape.tied and dtype in ("fp32", "bf16"):
         weights += shape.embedding_params * DTYPE_BYTES[dtype]    # the packed copy of the tied output layer
-    return {"weights": weights, "head": head_bytes, "overhead": overhead, "reserve": reserve}
+    terms = {"weights": weights, "head": head_bytes, "overhead": overhead, "reserve": reserve}
+    if dev == "cpu" and history_bytes:
+        terms["history"] = history_bytes     # in host memory: counted where the budget is the host's
+    return terms
 
 
 def estimate(target: str | os.PathLike | Mapping[str, Any] | ModelShape, context: int, dtype: str = "bf16",
              device: str = "cpu", tree_width: int = DEFAULT_WIDTH, head_rows: int = 8000, head_bytes: int | None = None,
-             prefill_chunk: int = DEFAULT_PREFILL_CHUNK, budget: int = 0) -> dict[str, int]:
+             prefill_chunk: int = DEFAULT_PREFILL_CHUNK, budget: int = 0, history_bytes: int = 0) -> dict[str, int]:
     """Byte terms (and 'total') of a runtime holding `context` tokens: what a measurement compares to."""
     shape = target if isinstance(target, ModelShape) else load_shape(target)
     dev = _device_type(device, dtype)
-    terms = _fixed_terms(shape, budget, dtype, dev, head_rows, head_bytes)
+    terms = _fixed_terms(shape, budget, dtype, dev, head_rows, head_bytes, history_bytes)
     a0, a1 = shape.activation_bytes(max(tree_width, min(prefill_chunk, context)), dtype, dev == "cpu")
     terms["activations"] = a0 + context * a1
     terms["kv_cache"] = context * shape.kv_bytes_per_token(dtype)
@@ -189,8 +195,9 @@ def estimate(target: str | os.PathLike | Mapping[str, Any] | ModelShape, context
 def plan(target: str | os.PathLike | Mapping[str, Any] | ModelShape, memory: str | int, dtype: str = "bf16",
          device: str = "auto", tree_width: int = DEFAULT_WIDTH, min_context: int = DEFAULT_MIN_CONTEXT,
          max_context: int | None = None, head_rows: int = 8000, head_bytes: int | None = None,
-         prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> BudgetPlan:
-    """Plan `target` in `memory` (see the module docstring). dtype may be 'auto'."""
+         prefill_chunk: int = DEFAULT_PREFILL_CHUNK, history_bytes: int = 0) -> BudgetPlan:
+    """Plan `target` in `memory` (see the module docstring). dtype may be 'auto'. `history_bytes`: the
+    lookup in past answers (assistant.runtime.sizes.ANSWER_INDEX_BYTES_PER_TOKEN x its tokens)."""
     shape = target if isinstance(target, ModelShape) else load_shape(target)
     try:
         budget = parse_size(memory, "memory size")
@@ -198,7 +205,7 @@ def plan(target: str | os.PathLike | Mapping[str, Any] | ModelShape, memory: str
         raise BudgetError(str(e)) from None
     if dtype == "auto":
         plans = [plan(shape, budget, d, device, tree_width, min_context, max_context, head_rows, head_bytes,
-                      prefill_chunk) for d in AUTO_DTYPES]
+                      prefill_chunk, history_bytes) for d in AUTO_DTYPES]
         fitting = [p for p in plans if p.fits]
         return fitting[0] if fitting else min(plans, key=lambda p: p.shortfall)
     if dtype not in DTYPE_BYTES or dtype == "fp16":
@@ -210,7 +217,7 @@ def plan(target: str | os.PathLike | Mapping[str, Any] | ModelShape, memory: str
         dev = "cuda"
     cap = min(shape.max_position, max_context) if max_context else shape.max_position
     min_context = max(1, min(min_context, cap))
-    fixed_terms = _fixed_terms(shape, budget, dtype, dev, head_rows, head_bytes)
+    fixed_terms = _fixed_terms(shape, budget, dtype, dev, head_rows, head_bytes, history_bytes)
     fixed = sum(fixed_terms.values())
     kv = shape.kv_bytes_per_token(dtype)
     scores = dev == "cpu"
@@ -228,9 +235,10 @@ def plan(target: str | os.PathLike | Mapping[str, Any] | ModelShape, memory: str
     if fits and ctx == shape.max_position:
         notes.append(f"context capped at the model's limit ({shape.max_position:,} tokens)")
     shown = estimate(shape, ctx if fits else min_context, dtype, dev, width if fits else tree_width,
-                     head_rows, fixed_terms["head"], prefill_chunk, budget)
+                     head_rows, fixed_terms["head"], prefill_chunk, budget, fixed_terms.get("history", 0))
     total = shown.pop("total")
-    terms = {k: shown[k] for k in ("weights", "head", "overhead", "activations", "kv_cache", "reserve")}
+    terms = {k: shown[k] for k in ("weights", "head", "history", "overhead", "activations", "kv_cache", "reserve")
+             if k in shown}
     return BudgetPlan(target=shape.name, dtype=dtype, device=dev, memory=budget, fits=fits,
                       max_context=ctx if fits else 0, tree_width=width if fits else tree_width,
                       prefill_chunk=prefill_chunk, min_context=min_context, parameters=shape.parameters,
@@ -247,13 +255,16 @@ def require(p: BudgetPlan) -> BudgetPlan:
 
 def plan_session(target: str, dtype: str, memory: str | int, tree_width: int = DEFAULT_WIDTH, device: str = "auto",
                  head_path: str | os.PathLike | None = None, head_rows: int = 8000,
-                 max_context: int | None = None, min_context: int = DEFAULT_MIN_CONTEXT) -> BudgetPlan:
+                 max_context: int | None = None, min_context: int = DEFAULT_MIN_CONTEXT,
+                 history_tokens: int = 0) -> BudgetPlan:
     """The plan a Session must obey before loading `target` (raises BudgetError when it does not fit).
 
     `target` is "default", "Qwen/Qwen3-4B" or a local checkpoint directory (other model ids are
     not resolved: BudgetError). With `head_path` the head's file size replaces the `head_rows` estimate.
+    `history_tokens`: the most tokens the lookup in past answers may index (0: none).
     """
     head_bytes = Path(head_path).stat().st_size if head_path and Path(head_path).is_file() else None
     p = plan(target, memory, dtype=dtype, device=device, tree_width=tree_width, head_rows=head_rows,
-             head_bytes=head_bytes, max_context=max_context, min_context=min_context)
+             head_bytes=head_bytes, max_context=max_context, min_context=min_context,
+             history_bytes=ANSWER_INDEX_BYTES_PER_TOKEN * history_tokens)
     return require(p)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+ANSWER_INDEX_BYTES_PER_TOKEN = 16   # assistant.runtime.history_lookup: token 4 B + sorted 3-gram key 8 B + position 4 B
+
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")

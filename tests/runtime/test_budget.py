@@ -110,6 +110,10 @@ def test_plan_session_uses_head_file(tmp_path):
     head.write_bytes(b"x" * 12345)
     p = plan_session("default", "bf16", "2GiB", device="cpu", head_path=head)
     assert p.terms["head"] == 12345
+    with_history = plan_session("default", "bf16", "2GiB", device="cpu", head_path=head, history_tokens=1_000_000)
+    assert with_history.terms["history"] == 16_000_000                 # the lookup in past answers, host memory
+    assert with_history.total == p.total + 16_000_000 or with_history.max_context < p.max_context
+    assert "history" not in plan_session("Qwen/Qwen3-4B", "int8", "8GiB", history_tokens=10**6).terms   # GPU budget
     with pytest.raises(BudgetError):
         plan_session("Qwen/Qwen3-4B", "int8", "4GiB")
 

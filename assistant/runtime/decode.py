@@ -89,8 +89,10 @@ def propose(drafter: Drafter | None, ctx: DraftContext, width: WidthController |
     banked lately; without a controller the pass uses ctx.max_nodes."""
     if drafter is None:
         return [], 1
-    candidates = drafter.propose(ctx) if ctx.max_nodes > 1 else []
-    values = getattr(drafter, "node_values", None) if candidates else None
+    candidates, values = [], None
+    if ctx.max_nodes > 1:
+        candidates = drafter.propose(ctx)
+        values = getattr(drafter, "node_values", None)      # a ranking drafter: [] when it has nothing
     if width is None:
         return candidates, ctx.max_nodes
     w = min(width.next_width(values), ctx.max_nodes)

@@ -276,5 +276,5 @@ class ChatApp(Answering, AdapterActions, ConversationActions, App[int]):
         self.banked = not self.banked
         for view in self._assistant_views():
             view.set_banked(self.banked)
-        self.notify("Banked view on: highlighted text was proposed by the phrase head and accepted"
+        self.notify("Banked view on: highlighted text was drafted (phrase head or lookup) and accepted"
                     if self.banked else "Banked view off", timeout=3)

@@ -7,7 +7,8 @@
 # that banked each drafted token. Run it alone.
 #   scripts/bench_sources.sh [PROMPTS] [TOKENS] [DTYPES]   (defaults: 20 128 "fp32 bf16")
 # Environment: DATA (default ../shared/data), OUT (reports, default bench-results/sources), PLOT
-# (default docs/sources.png), PY (the Python with the project's dependencies), EXTRA (more bench flags).
+# (default docs/sources.png), PY (the Python with the project's dependencies), EXTRA (more bench flags),
+# SETS (data set:first line pairs, default all four below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20} TOKENS=${2:-128} DTYPES=${3:-fp32 bf16}
@@ -18,7 +19,7 @@ PY=${PY:-.venv/bin/python}
 mkdir -p "$OUT"
 reports=()
 for dtype in $DTYPES; do
-    for spec in gsm8k_test:0 mt_bench:0 arena_hard_prompts:400 vicuna_bench_prompts:0; do
+    for spec in ${SETS:-gsm8k_test:0 mt_bench:0 arena_hard_prompts:400 vicuna_bench_prompts:0}; do
         ds=${spec%%:*} offset=${spec##*:}
         "$PY" -m assistant bench --dataset "$DATA/$ds.jsonl" --offset "$offset" --limit "$N" \
             --max-new-tokens "$TOKENS" --dtype "$dtype" --methods hf,pld,phrase,head,lookup ${EXTRA:-} \
@@ -27,4 +28,4 @@ for dtype in $DTYPES; do
         echo "$ds $dtype done" >&2
     done
 done
-"$PY" scripts/plot_sources.py "$PLOT" "${reports[@]}"
+"$PY" scripts/plot_sources.py "$PLOT" $(ls "$OUT"/*.json)

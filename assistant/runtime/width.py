@@ -42,6 +42,7 @@ the time in bf16 on a CPU where a 16-node verify costs x3.4.
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -101,29 +102,24 @@ class WidthController:
         """Banked / predicted drafted tokens at width w so far (1 with no evidence; 2 tokens of prior)."""
         return (self.real[w] + 2.0) / (self.pred[w] + 2.0)
 
-    def best_for(self, values: Sequence[float]) -> int:
-        """The width with the most expected tokens per second for THIS pass's tree: `values` are the
-        chances of its nodes (best first, the tree of w nodes being the first w - 1) to be accepted, whose
-        sum is the expected number of drafted tokens banked (assistant.runtime.ranking), scaled by how
-        that sum compared with what was banked at that width so far."""
-        csum = [0.0]
-        for v in values:
-            csum.append(csum[-1] + v)
-        self._csum = csum
-        return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, len(values))] * self.value_scale(w))
-                   / self.costs[w])
+    def best_for(self, csum: Sequence[float]) -> int:
+        """The width with the most expected tokens per second for THIS pass's tree: `csum[k]` is the sum
+        of the chances of acceptance of its best k nodes (the tree of w nodes being the first w - 1),
+        i.e. the expected drafted tokens banked (assistant.runtime.ranking), scaled by how that sum
+        compared with what was banked at that width so far."""
+        last = len(csum) - 1
+        return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, last)] * self.value_scale(w)) / self.costs[w])
 
     def next_width(self, values: Sequence[float] | None = None) -> int:
         """The width of the next pass: the cap when exploring; else, with the drafter's node values for
-        this pass, `best_for(values)`; without them the best width by what each width banked so far."""
+        this pass, `best_for` their running sums; without them the best width by what each width banked
+        so far. The sums are kept for observe() either way."""
         self.passes += 1
-        self._csum = None
+        self._csum = None if values is None else list(accumulate(values, initial=0.0))
         if self.passes == 1 or (self.explore_every and self.passes >= self._next_explore):
             self._exploring = True
-            if values is not None:
-                self.best_for(values)           # keeps this pass's predictions for observe()
             return self.cap
-        return self.best() if values is None else self.best_for(values)
+        return self.best() if self._csum is None else self.best_for(self._csum)
 
     def observe(self, path: list[int], width: int) -> None:
         for w in self.widths:

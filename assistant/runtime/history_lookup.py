@@ -35,12 +35,18 @@ MERGE = 1 << 16        # tokens added (or dropped) before the sorted index is re
 _BITS = 21             # bits per token in a key (vocabularies up to 2M tokens; a larger id is still checked)
 
 
+def _key(t0, t1, t2):
+    """The sorted index's key of a 3-gram: token ids (ints, or int64 arrays of them) packed in _BITS each."""
+    mask = (1 << _BITS) - 1
+    return ((t0 & mask) << (2 * _BITS)) | ((t1 & mask) << _BITS) | (t2 & mask)
+
+
 def _gram_keys(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(keys, positions) of every 3-gram of arr without a separator, sorted by key (stable)."""
     if arr.size < NGRAM:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-    a = arr.astype(np.int64) & ((1 << _BITS) - 1)
-    keys = (a[:-2] << (2 * _BITS)) | (a[1:-1] << _BITS) | a[2:]
+    a = arr.astype(np.int64)
+    keys = _key(a[:-2], a[1:-1], a[2:])
     valid = (arr[:-2] != SEP) & (arr[1:-1] != SEP) & (arr[2:] != SEP)
     pos = np.flatnonzero(valid).astype(np.int32)
     keys = keys[valid]
@@ -109,9 +115,7 @@ class AnswerIndex:
 
     def _starts(self, tail: Sequence[int]) -> np.ndarray:
         """Places of a 3-token tail: from the sorted index, plus a scan of what was added since."""
-        key = 0
-        for t in tail:
-            key = (key << _BITS) | (int(t) & ((1 << _BITS) - 1))
+        key = _key(*(int(t) for t in tail))
         lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
         old = self._pos[lo:hi].astype(np.int64) - self._dropped
         new = match_starts(self._arr, tail, max(self._indexed - self._dropped, 0))

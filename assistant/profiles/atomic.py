@@ -100,7 +100,10 @@ def private_file(path: str | os.PathLike) -> Path:
     try:
         os.close(os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
-        mode = path.stat().st_mode
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:          # removed between the two calls (SQLite drops -wal/-shm on close)
+            return path
         if mode & 0o077 and not path.is_dir():
             try:
                 os.chmod(path, mode & 0o700)

@@ -107,7 +107,7 @@ class HistoryStore:
             raise self._error(e) from e
         try:
             self._db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._switch_to_wal(timeout)
             if str(mode).lower() != "wal":
                 raise ProfileError(f"{self.path}: cannot switch to WAL mode (got {mode})")
             self._db.execute("PRAGMA synchronous = FULL")
@@ -119,6 +119,21 @@ class HistoryStore:
         except ProfileError:
             self._db.close()
             raise
+
+    def _switch_to_wal(self, timeout: float) -> str:
+        """Switching a new database to WAL takes an exclusive lock and SQLite answers "database is
+        locked" at once, without its busy handler, while another process opens the same new file:
+        retry until `timeout` like every other write waits."""
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            try:
+                return self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     def _error(self, e: Exception) -> ProfileError:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

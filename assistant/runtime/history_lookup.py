@@ -1,16 +1,18 @@
 """Lookup in the user's own past answers: long continuations of whatever their text repeats.
 
 Contract: `AnswerIndex(max_tokens)` holds the token ids of past answers, newest last, in one int32
-array (answers separated by -1; at most `max_tokens`, the oldest answers dropped first) and every
-place's first 3 tokens as a sorted int64 key with its int32 position: 16 bytes a token in all, so
-10,000 answers of 256 tokens take 41 MB (`nbytes`). `add(ids)` appends one answer (the sorted keys
-are rebuilt every 65k tokens added or dropped; what was added since is scanned). `lookup(context,
-length, matches, min_match)` returns up to `matches` distinct continuations of at most `length`
-tokens of the places that end like the context (at least `min_match` tokens), longest match first,
-the newest answer first among equals (assistant.runtime.lookup.continuations; `matches(...)` with
-the match lengths).
+array (answers separated by -1; at most `max_tokens`, the oldest answers dropped first) and, for every
+place, the 3 tokens that end there as a sorted int64 key (last token in the high bits) with its int32
+position: 16 bytes a token in all, so 10,000 answers of 256 tokens take 41 MB (`nbytes`). `add(ids)`
+appends one answer (the sorted keys are rebuilt every 65k tokens added or dropped; what was added since
+is scanned). `lookup(context, length, matches, min_match)` returns up to `matches` distinct
+continuations of at most `length` tokens of the places that end like the context (at least
+`min_match` tokens), longest match first, the newest answer first among equals
+(assistant.runtime.lookup.continuations; `matches(...)` with the match lengths): places that share the
+context's last 3 tokens first, then its last 2 or last 1 while fewer were found (one key range each).
 `HistoryDrafter(index)` is that lookup as a drafter (assistant.runtime.drafters' contract): it proposes
-only on a match of `min_match` tokens or more, so text the user never wrote costs the tree nothing.
+only on a match of `min_match` tokens or more, so text the user never wrote costs the tree nothing; the
+ranking (assistant.runtime.ranking) values each draft by how often matches of its length were accepted.
 
 Why: prompt lookup copies from the current prompt and answer; one person's answers repeat across
 conversations (the same boilerplate, the same phrasing of a kind of answer), which a lookup over
@@ -26,30 +28,40 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from assistant.runtime.decode import DraftContext
-from assistant.runtime.lookup import SEP, continuations, match_starts
+from assistant.runtime.lookup import NEWEST, SEP, continuations, match_starts
 from assistant.runtime.ranking import Draft, match_prior
 
 
-NGRAM = 3              # the sorted index's key: a place's first 3 tokens
+NGRAM = 3              # the sorted index's key: the 3 tokens that end at a place
+NEWEST_PLACES = 4096   # places of a short tail looked at (the newest)
+RECENT_SCAN = 1 << 15  # tokens scanned first for a tail found at more than NEWEST_PLACES places
 MERGE = 1 << 16        # tokens added (or dropped) before the sorted index is rebuilt
 _BITS = 21             # bits per token in a key (vocabularies up to 2M tokens; a larger id is still checked)
+_MASK = (1 << _BITS) - 1
 
 
 def _key(t0, t1, t2):
-    """The sorted index's key of a 3-gram: token ids (ints, or int64 arrays of them) packed in _BITS each."""
-    mask = (1 << _BITS) - 1
-    return ((t0 & mask) << (2 * _BITS)) | ((t1 & mask) << _BITS) | (t2 & mask)
+    """The sorted index's key of the 3 tokens t0 t1 t2 (ints, or int64 arrays of them) that end at a
+    place: the LAST token in the high bits, so the places ending in a 1- or 2-token tail are one range."""
+    return ((t2 & _MASK) << (2 * _BITS)) | ((t1 & _MASK) << _BITS) | (t0 & _MASK)
+
+
+def _key_range(tail: Sequence[int]) -> tuple[int, int]:
+    """The smallest and largest key of a place ending in `tail` (1 to 3 tokens)."""
+    t = [int(x) for x in tail]
+    free = NGRAM - len(t)
+    lo = [0] * free + t
+    hi = [_MASK] * free + t
+    return _key(*lo), _key(*hi)
 
 
 def _gram_keys(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, positions) of every 3-gram of arr without a separator, sorted by key (stable)."""
-    if arr.size < NGRAM:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-    a = arr.astype(np.int64)
+    """(keys, end positions) of every place of arr that is not a separator, sorted by key (stable, so
+    by position within one key); tokens before the array's start count as separators."""
+    a = np.concatenate([np.full(NGRAM - 1, SEP, dtype=np.int64), arr.astype(np.int64)])
     keys = _key(a[:-2], a[1:-1], a[2:])
-    valid = (arr[:-2] != SEP) & (arr[1:-1] != SEP) & (arr[2:] != SEP)
-    pos = np.flatnonzero(valid).astype(np.int32)
-    keys = keys[valid]
+    pos = np.flatnonzero(arr != SEP).astype(np.int32)
+    keys = keys[pos]
     order = np.argsort(keys, kind="stable")
     return keys[order], pos[order]
 
@@ -64,7 +76,7 @@ class AnswerIndex:
 
     def _rebuild(self) -> None:
         self._keys, self._pos = _gram_keys(self._arr)
-        self._indexed = max(self._arr.size - NGRAM + 1, 0)
+        self._indexed = int(self._arr.size)
         self._dropped = 0
 
     @classmethod
@@ -91,7 +103,7 @@ class AnswerIndex:
 
     @property
     def nbytes(self) -> int:
-        """Memory held: the tokens (4 bytes each) and the sorted 3-gram index (12 bytes a place)."""
+        """Memory held: the tokens (4 bytes each) and the sorted index (12 bytes a place)."""
         return int(self._arr.nbytes + self._keys.nbytes + self._pos.nbytes)
 
     @property
@@ -114,11 +126,20 @@ class AnswerIndex:
             self._rebuild()
 
     def _starts(self, tail: Sequence[int]) -> np.ndarray:
-        """Places of a 3-token tail: from the sorted index, plus a scan of what was added since."""
-        key = _key(*(int(t) for t in tail))
-        lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
-        old = self._pos[lo:hi].astype(np.int64) - self._dropped
-        new = match_starts(self._arr, tail, max(self._indexed - self._dropped, 0))
+        """Start positions of a 1- to 3-token tail (from the sorted index, plus a scan of what was
+        added since); the newest `NEWEST_PLACES` when a short tail is everywhere."""
+        n = len(tail)
+        lo, hi = _key_range(tail)
+        lo, hi = np.searchsorted(self._keys, lo, "left"), np.searchsorted(self._keys, hi, "right")
+        if hi - lo > NEWEST_PLACES:        # a common tail: its newest places are in the newest text
+            recent = match_starts(self._arr, tail, max(self._arr.size - RECENT_SCAN, 0))
+            if recent.size >= NEWEST:
+                return recent[-NEWEST:]
+        ends = self._pos[lo:hi]
+        if ends.size > NEWEST_PLACES:
+            ends = ends[np.argpartition(ends, ends.size - NEWEST_PLACES)[-NEWEST_PLACES:]]
+        old = ends.astype(np.int64) - self._dropped - (n - 1)
+        new = match_starts(self._arr, tail, max(self._indexed - self._dropped - n + 1, 0))
         return np.concatenate([old[old >= 0], new])
 
     def lookup(self, context: Sequence[int], length: int = 16, matches: int = 2,
@@ -127,18 +148,31 @@ class AnswerIndex:
 
     def matches(self, context: Sequence[int], length: int = 16, matches: int = 2,
                 min_match: int = 3) -> list[tuple[int, list[int]]]:
-        """(match length, continuation) pairs, longest match first (assistant.runtime.lookup)."""
-        starts = self._starts(context[-NGRAM:]) if min_match == NGRAM and len(context) >= NGRAM else None
-        return continuations(self._arr, context, length, matches, min_match, starts)
+        """(match length, continuation) pairs, longest match first (assistant.runtime.lookup): the
+        places ending in the context's last 3 tokens first, then, while fewer than `matches` were found,
+        those ending in its last 2 and last 1 (down to `min_match`)."""
+        if min_match < 1 or len(context) < min_match:
+            return []
+        found: dict[tuple[int, ...], int] = {}
+        for n in range(max(min_match, min(NGRAM, len(context))), min_match - 1, -1):
+            g = min(n, NGRAM)
+            starts = self._starts(context[-g:]) - (n - g)
+            for m, c in continuations(self._arr, context, length, matches, n, starts):
+                found.setdefault(tuple(c), m)
+            if len(found) >= matches:
+                break
+        ranked = sorted(found.items(), key=lambda kv: -kv[1])[:matches]
+        return [(m, list(c)) for c, m in ranked]
 
 
 class HistoryDrafter:
-    """Continuations from the user's past answers (AnswerIndex), on matches of `min_match`+ tokens."""
+    """Continuations from the user's past answers (AnswerIndex), on matches of `min_match`+ tokens
+    (the same lookup settings as the in-context PromptLookupDrafter)."""
 
     feature_layers: tuple[int, ...] = (-1,)
     name = "history"
 
-    def __init__(self, index: AnswerIndex, length: int = 16, matches: int = 2, min_match: int = 3):
+    def __init__(self, index: AnswerIndex, length: int = 16, matches: int = 4, min_match: int = 1):
         self.index, self.length, self.matches, self.min_match = index, length, matches, min_match
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:

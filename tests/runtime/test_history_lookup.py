@@ -64,5 +64,13 @@ def test_the_sorted_index_finds_what_a_scan_finds_while_answers_come_and_go(monk
     for step in range(60):
         idx.add(rng.integers(0, 12, int(rng.integers(5, 30))).tolist())
         ctx = rng.integers(0, 12, 8).tolist()
-        assert idx.matches(ctx, 6, 3, 3) == continuations(idx._arr, ctx, 6, 3, 3), step
+        for n in (1, 2, 3):                              # one key range for a 1-, 2- or 3-token tail
+            assert idx.matches(ctx, 6, 3, n) == continuations(idx._arr, ctx, 6, 3, n), (step, n)
         assert len(idx) <= 400
+
+
+def test_a_short_tail_finds_the_newest_places_and_still_prefers_a_longer_match():
+    idx = AnswerIndex.from_answers([[5, 6, 7, 8], [1, 7, 9], [2, 7, 3]])
+    assert idx.matches([0, 7], length=1, matches=2, min_match=1) == [(1, [3]), (1, [9])]
+    assert idx.matches([5, 6, 7], length=1, matches=2, min_match=1) == [(3, [8]), (1, [3])]
+    assert idx.matches([0, 7], length=1, matches=2, min_match=2) == []

@@ -53,7 +53,7 @@ MAX_DEPTH = 16
 
 @dataclass
 class Calibrator:
-    strength: float = 4.0                       # pseudo-counts of the prior
+    strength: float = 16.0                      # pseudo-counts of the prior (4 banked 0.3-2% less per verify cost)
     decay: float = 0.98                         # older observations fade: ~50 of a kind make the rate
     counts: dict = field(default_factory=dict)  # (source, key, depth) -> [verified, accepted] (decayed)
 

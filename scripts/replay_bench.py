@@ -1,0 +1,99 @@
+"""Replay a bench run offline: the default drafter's tokens per pass on the answers it produced, in seconds.
+
+Reads an `assistant bench --json` report, takes the greedy answers of one drafted method (they are the
+target's own greedy output: exactness is checked by the bench), computes the target's hidden states over
+them in one teacher-forced forward per batch, and replays the decode loop with
+assistant.adapt.evaluate.simulate_decode: the same drafter (`build_drafter`: shipped head + prompt
+lookup, ranked on one scale), the same width controller over the same verify costs, one drafter and one
+controller for the whole run, as the bench keeps them. Tokens per pass do not depend on timing, so the
+replay reproduces the bench's figure (gsm8k_test 20 x 128, compiled, 2 threads: 2.7890 both) in ~20 s
+instead of ~20 min, and may share the machine.
+
+It also prints tokens per unit of verify cost (sum over passes of cost(width) / cost(1), from the cost
+table) and, with --oracle, the ceiling of the ranking: the same candidates and widths, but the nodes on
+the target's path taken first (what a perfect value of each node would bank).
+
+usage: python scripts/replay_bench.py REPORT.json --costs <cache>/costmodel/<model>-...-compiled.json
+           [--method phrase] [--data ../shared/data] [--oracle]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("report")
+    ap.add_argument("--costs", required=True, help="a cost-model cache file (assistant.runtime.costmodel)")
+    ap.add_argument("--method", default="phrase")
+    ap.add_argument("--data", default=None, help="folder holding the report's data set, if not at its path")
+    ap.add_argument("--oracle", action="store_true", help="take the nodes on the target's path first")
+    a = ap.parse_args()
+
+    import torch
+
+    from assistant.adapt.distill import Answer
+    from assistant.adapt.evaluate import simulate_decode
+    from assistant.adapt.features import collect_features
+    from assistant.runtime.defaults import build_drafter
+    from assistant.runtime.jsonl import read_prompts
+    from assistant.runtime.target import load_target
+    from assistant.runtime.width import WidthController
+
+    report = json.loads(Path(a.report).read_text())
+    data = Path(report["dataset"])
+    if a.data or not data.exists():
+        data = Path(a.data or ".") / data.name
+    prompts = {str(p["id"]): p["prompt"] for p in read_prompts(data)[0]}
+    rows = [r for r in report["per_prompt"] if r["method"] == a.method]
+    torch.set_num_threads(1)
+    target = load_target(report.get("target", "default"), report.get("dtype", "fp32"), "cpu")
+    answers = []
+    for r in rows:
+        ids = target.encode_chat([{"role": "user", "content": prompts[str(r["id"])]}])
+        if len(ids) != r["prompt_tokens"]:
+            sys.exit(f"{r['id']}: the prompt has {len(ids)} tokens here, {r['prompt_tokens']} in the report")
+        answers.append(Answer(str(r["id"]), ids, r["tokens"]))
+    feats = collect_features(target, answers, (-1,), batch_size=4, progress=lambda *_: None)
+
+    table = json.loads(Path(a.costs).read_text())["costs"]
+    costs = {int(w): float(s) for w, s in (table.get(report["config"].get("layout", "packed")) or
+                                           next(iter(table.values()))).items()}
+    drafter, _ = build_drafter(target)
+    if a.oracle:
+        _rank_target_path_first(drafter, answers)
+    width = WidthController(costs, report["config"].get("tree_width", 16))
+    used: list[int] = []
+    pick = width.next_width
+    width.next_width = lambda *x, **k: used.append(pick(*x, **k)) or used[-1]
+    res = simulate_decode(drafter, answers, feats, max_nodes=width.cap, width=width)
+    drafted = res["tokens"] - len(answers)          # the first token of each answer comes from the prefill
+    print(json.dumps({"report_tokens_per_pass": report["methods"][a.method]["tokens_per_pass"],
+                      "replay_tokens_per_pass": res["tokens_per_pass"], "oracle_ranking": a.oracle,
+                      "tokens_per_verify_cost": drafted / (sum(costs[w] for w in used) / costs[1]),
+                      "mean_width": res["mean_width"], "banked_by_source": dict(getattr(drafter, "banked", {})),
+                      "accepted_histogram": res["hist"]}, indent=1))
+
+
+def _rank_target_path_first(drafter, answers) -> None:
+    """Make `drafter.propose` put the nodes on the reference path (those any source proposed) first."""
+    refs = [(tuple(x.prompt_ids), x.answer_ids) for x in answers]
+    propose = drafter.propose
+
+    def oracle(ctx):
+        paths = propose(ctx)
+        cont = next(ref[len(ctx.ids) - len(p):] for p, ref in refs if tuple(ctx.ids[:len(p)]) == p)
+        nodes = {tuple(c[:k]) for d in drafter.drafters for c in d.propose(ctx) for k in range(1, len(c) + 1)}
+        true: list[list[int]] = []
+        while len(true) < len(cont) and tuple(cont[:len(true) + 1]) in nodes:
+            true.append(list(cont[:len(true) + 1]))
+        return true + [p for p in paths if p not in true]
+
+    drafter.propose = oracle
+
+
+if __name__ == "__main__":
+    main()

@@ -1,14 +1,17 @@
 """A user who comes back to their own earlier material: tokens per pass with and without their history.
 
 The user first asks 20 questions the shipped head was not trained on (arena-hard 400-409, vicuna 0-9),
-each answer recorded in a fresh profile (`assistant ask --file`). Then 40 follow-ups, two per earlier
-answer: the same question asked again in other words ("I asked this before: ..."), and a question that
-quotes the first sentences of the earlier answer and asks for more. Both `assistant bench` runs answer
-the 40 follow-ups with the default drafter (fp32, same engine and threads): once with an empty history,
-once drafting from the profile's past answers too (`--history`). Prints tokens per pass of each, the
-gain, and whether every answer is token for token the same in both runs.
+each answer recorded in a fresh profile (`assistant ask --file`). Then three follow-ups per earlier
+answer: "again", the same question asked again in other words ("I asked you this before, but answer it
+once more: ..."); "quote", a question that quotes the first sentences of the earlier answer and asks for
+more; "same", the very same question in a new conversation (a user coming back to it another day). Both
+`assistant bench` runs answer the follow-ups with the default drafter (fp32, same engine and threads):
+once with an empty history, once drafting from the profile's past answers too (`--history`). Prints
+tokens per pass of each, per kind and for "again" + "quote" (the 40 questions that are not a plain
+repeat), the gain, and whether every answer is token for token the same in both runs.
 
 usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
+           [--engine compiled]
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ def main() -> None:
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--engine", default="eager")
+    ap.add_argument("--engine", default="compiled")
     a = ap.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -75,6 +78,7 @@ def main() -> None:
         follow.append({"id": f"quote:{e['id']}",
                        "prompt": f"Earlier you told me:\n\n\"{_opening(ans['answer'])}\"\n\nGo on from there: "
                                  f"explain the rest of your answer to \"{e['prompt'][:200]}\"."})
+        follow.append({"id": f"same:{e['id']}", "prompt": e["prompt"]})
     (out / "followups.jsonl").write_text("".join(json.dumps(r) + "\n" for r in follow), encoding="utf-8")
 
     reports = {}
@@ -87,14 +91,22 @@ def main() -> None:
         if r.returncode != 0:
             sys.exit(f"bench failed: {r.stderr.strip().splitlines()[-1:]}")
         reports[label] = json.loads(path.read_text())
-    e, h = (reports[k]["methods"]["phrase"] for k in ("empty", "history"))
     same = sum(x["tokens"] == y["tokens"] for x, y in zip(reports["empty"]["per_prompt"], reports["history"]["per_prompt"]))
-    print(json.dumps({"followups": len(follow), "tokens_per_pass_empty": e["tokens_per_pass"],
-                      "tokens_per_pass_history": h["tokens_per_pass"],
-                      "gain": h["tokens_per_pass"] / e["tokens_per_pass"] - 1,
-                      "banked_by_source_history": h.get("banked_by_source"),
-                      "identical_outputs": f"{same}/{len(follow)}", "cpu_flags": reports["history"].get("cpu_flags")},
-                     indent=1))
+    kinds = {"again+quote": ("again", "quote"), "again": ("again",), "quote": ("quote",), "same": ("same",),
+             "all": ("again", "quote", "same")}
+    table = {}
+    for name, prefixes in kinds.items():
+        tpp = {}
+        for label in ("empty", "history"):
+            rows = [r for r in reports[label]["per_prompt"] if r["id"].split(":")[0] in prefixes]
+            tpp[label] = sum(r["new_tokens"] for r in rows) / max(sum(r["forward_passes"] for r in rows), 1)
+        table[name] = {"questions": len(rows), "tokens_per_pass_empty": round(tpp["empty"], 3),
+                       "tokens_per_pass_history": round(tpp["history"], 3),
+                       "gain": round(tpp["history"] / tpp["empty"] - 1, 3)}
+    h = reports["history"]["methods"]["phrase"]
+    print(json.dumps({"kinds": table, "banked_by_source_history": h.get("banked_by_source"),
+                      "identical_outputs": f"{same}/{len(follow)}", "engine": a.engine, "threads": a.threads,
+                      "cpu_flags": reports["history"].get("cpu_flags")}, indent=1))
 
 
 if __name__ == "__main__":

@@ -55,15 +55,15 @@ def tune_tree_shape(art, embeddings, answers: Sequence, features, hidden: int, g
     import torch
 
     from assistant.adapt.evaluate import simulate_decode
-    from assistant.runtime.drafters import PhraseDrafter, PromptLookupDrafter, UnionDrafter
+    from assistant.runtime.drafters import artifact_drafter
 
     if not grid:
         raise ValueError("empty tree-shape grid")
     results: list[tuple[Settings, float]] = []
     with torch.inference_mode():
         for settings in grid:
-            phrase = PhraseDrafter.from_artifact(art, embeddings, max_nodes=nodes, **settings)
-            sim = simulate_decode(UnionDrafter(phrase, PromptLookupDrafter()), answers, features, nodes, hidden)
+            drafter = artifact_drafter(art, embeddings, max_nodes=nodes, **settings)
+            sim = simulate_decode(drafter, answers, features, nodes, hidden)
             results.append((dict(settings), sim["tokens_per_pass"]))
             if on_result is not None:
                 on_result(settings, sim["tokens_per_pass"])

@@ -105,6 +105,7 @@ def run(args) -> int:
     if "phrase" in methods:
         drafters["phrase"], info = build_drafter(target, head, history=_history(args, target))
     if "head" in methods:
+        # a second load on purpose: each drafter keeps its own row statistics (PhraseDrafter.observe)
         drafters["head"], info_head = build_drafter(target, head, lookup=False)
         info = info or info_head
     if "lookup" in methods:

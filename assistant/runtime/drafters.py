@@ -111,6 +111,7 @@ class PhraseDrafter(_Base):
         self.max_nodes = max_nodes    # node budget for best-first (None: ctx.max_nodes)
         self._live = torch.tensor([r is not None for r in vocab.rows], dtype=torch.bool)
         self._last: list[list[int]] = []   # row ids making up each candidate of the last proposal
+        self._by_prefix: dict[tuple[int, ...], torch.Tensor] | None = None
 
     @classmethod
     def from_artifact(cls, art: Artifact, embeddings: torch.nn.Module, **kw) -> "PhraseDrafter":
@@ -124,6 +125,18 @@ class PhraseDrafter(_Base):
     def refresh(self) -> None:
         """Re-read which rows are live after the vocabulary changed."""
         self._live = torch.tensor([r is not None for r in self.vocab.rows], dtype=torch.bool)
+        self._by_prefix = None
+
+    def _prefix_rows(self) -> dict[tuple[int, ...], torch.Tensor]:
+        """The live rows under every token prefix of a row (built once per vocabulary)."""
+        if self._by_prefix is None:
+            by: dict[tuple[int, ...], list[int]] = {}
+            for i, r in enumerate(self.vocab.rows):
+                if r is not None:
+                    for k in range(1, len(r.tokens) + 1):
+                        by.setdefault(tuple(r.tokens[:k]), []).append(i)
+            self._by_prefix = {p: torch.tensor(v) for p, v in by.items()}
+        return self._by_prefix
 
     @torch.inference_mode()
     def scores(self, ctx: DraftContext) -> torch.Tensor:
@@ -148,13 +161,12 @@ class PhraseDrafter(_Base):
             frontier = nxt
         return paths
 
-    def _best_first(self, scores: torch.Tensor, budget: int) -> tuple[list[list[int]], list[list[float]]]:
+    def _best_first(self, probs: torch.Tensor, budget: int) -> tuple[list[list[int]], list[list[float]]]:
         """Row paths in order of path probability until `budget` tree nodes are used, with the
         probability of each path's prefixes (one per row)."""
         import heapq
 
         k = min(self.top_k, len(self.vocab))
-        probs = torch.softmax(scores, -1)
         p, idx = probs.topk(k)
         heap = [(-float(pi), n, [int(r)], [float(pi)]) for n, (pi, r) in enumerate(zip(p.tolist(), idx.tolist()))]
         heapq.heapify(heap)
@@ -182,30 +194,36 @@ class PhraseDrafter(_Base):
         return out, out_p
 
     def propose(self, ctx: DraftContext) -> list[list[int]]:
-        """Drafts keyed by the head's probability of their first phrase (bucketed by halvings); the
-        prior of a token is the probability of the phrase path up to its phrase."""
+        """Drafts keyed by the head's probability of their first token (bucketed by halvings). The prior
+        of a token of the first phrase is the head's probability that the text starts with the phrase
+        up to that token (the sum over every row sharing that prefix); of a later phrase, the phrase
+        path's probability."""
         if ctx.features is None or len(self.vocab) == 0:
             return []
-        scores = self.scores(ctx)
+        probs = torch.softmax(self.scores(ctx).float(), -1)
         if self.chain_p is not None:
-            row_paths, path_p = self._best_first(scores, min(self.max_nodes or ctx.max_nodes, ctx.max_nodes) - 1)
+            row_paths, path_p = self._best_first(probs, min(self.max_nodes or ctx.max_nodes, ctx.max_nodes) - 1)
         else:
             k = min(self.top_k, len(self.vocab))
-            p, top = torch.softmax(scores, -1).topk(k)
+            p, top = probs.topk(k)
             row_paths, path_p = [], []
             for rank, (pr, r) in enumerate(zip(p.tolist(), top.tolist())):
                 for chain in (self._chains(r) if rank < 2 else [[r]]):
                     row_paths.append(chain)
                     path_p.append([pr * 0.5 ** j for j in range(len(chain))])
         self._last = row_paths
+        by_prefix = self._prefix_rows()
+        probs = probs.cpu()
         cands = []
-        for rows, probs in zip(row_paths, path_p):
+        for rows, path in zip(row_paths, path_p):
             toks: list[int] = []
             prior: list[float] = []
-            for r, q in zip(rows, probs):
+            for r, q in zip(rows, path):
                 toks.extend(self.vocab.rows[r].tokens)
                 prior.extend([q] * len(self.vocab.rows[r].tokens))
-            bucket = min(int(-math.log2(max(probs[0], 1e-9))), 9)
+            for i in range(len(self.vocab.rows[rows[0]].tokens)):
+                prior[i] = max(prior[i], float(probs[by_prefix[tuple(toks[:i + 1])]].sum()))
+            bucket = min(int(-math.log2(max(prior[0], 1e-9))), 9)
             cands.append(Draft(toks, ("phrase", bucket), prior))
         return cands
 

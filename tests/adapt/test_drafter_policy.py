@@ -57,3 +57,22 @@ def test_artifact_settings_apply_unless_given_explicitly():
     assert (got.top_k, got.chain_depth) == (10, 3)
     got = PhraseDrafter.from_artifact(art, d.embeddings, top_k=4)
     assert (got.top_k, got.chain_depth) == (4, 3)
+
+
+def test_the_prior_of_a_shared_prefix_is_the_mass_of_every_row_under_it():
+    torch.manual_seed(0)
+    vocab = DraftVocab()
+    for toks in ([5, 6], [5, 7], [5, 8, 9], [3]):
+        vocab.add(toks, str(toks))
+    head = PhraseHead(HeadConfig(hidden_size=8, inner=16, width=8), vocab.capacity)
+    with torch.no_grad():
+        head.out.weight.zero_()
+        head.out.bias.fill_(-1e4)
+        head.out.bias[:4] = torch.log(torch.tensor([0.3, 0.2, 0.1, 0.4]))
+    d = PhraseDrafter(head, vocab, torch.nn.Embedding(20, 8), top_k=4)
+    cands = d.propose(DraftContext(ids=[1], root=1, features=torch.zeros(1, 8), max_nodes=16))
+    prior = {tuple(c): c.prior for c in cands}
+    assert abs(prior[(5, 6)][0] - 0.6) < 1e-4 and abs(prior[(5, 6)][1] - 0.3) < 1e-4   # 5 starts three rows
+    assert abs(prior[(5, 8, 9)][1] - 0.1) < 1e-4 and abs(prior[(3,)][0] - 0.4) < 1e-4
+    keys = {tuple(c): c.key for c in cands}
+    assert keys[(5, 6)] == ("phrase", 0) and keys[(3,)] == ("phrase", 1)   # by halvings of the first token's mass

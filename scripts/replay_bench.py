@@ -6,8 +6,9 @@ them in one teacher-forced forward per batch, and replays the decode loop with
 assistant.adapt.evaluate.simulate_decode: the same drafter (`build_drafter`: shipped head + prompt
 lookup, ranked on one scale), the same width controller over the same verify costs, one drafter and one
 controller for the whole run, as the bench keeps them. Tokens per pass do not depend on timing, so the
-replay reproduces the bench's figure (gsm8k_test 20 x 128, compiled, 2 threads: 2.7890 both) in ~20 s
-instead of ~20 min, and may share the machine.
+replay runs in ~30 s instead of ~20 min and may share the machine. It is within a few percent of live
+decoding, not always equal (gsm8k_test 20 x 128, compiled, 2 threads: 2.7890 both; mt_bench 81-90:
+1.494 replayed, 1.615 live, unexplained): compare changes with it, report speed from `assistant bench`.
 
 It also prints tokens per unit of verify cost (sum over passes of cost(width) / cost(1), from the cost
 table) and, with --oracle, the ceiling of the ranking: the same candidates and widths, but the nodes on

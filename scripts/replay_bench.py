@@ -67,6 +67,12 @@ def main() -> None:
     if a.oracle:
         _rank_target_path_first(drafter, answers)
     width = WidthController(costs, report["config"].get("tree_width", 16))
+    # the bench's warm-up: 4 tokens of "Hi" at the full width, which the drafter's calibration sees too
+    warm_ids = target.encode_chat([{"role": "user", "content": "Hi"}])
+    with torch.inference_mode():
+        out = target.model.generate(torch.tensor([warm_ids]), max_new_tokens=4, do_sample=False)
+    warm = [Answer("warm-up", warm_ids, out[0, len(warm_ids):].tolist())]
+    simulate_decode(drafter, warm, collect_features(target, warm, (-1,), progress=lambda *_: None), width.cap)
     used: list[int] = []
     pick = width.next_width
     width.next_width = lambda *x, **k: used.append(pick(*x, **k)) or used[-1]

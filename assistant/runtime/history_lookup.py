@@ -11,8 +11,9 @@ continuations of at most `length` tokens of the places that end like the context
 (assistant.runtime.lookup.continuations; `matches(...)` with the match lengths): places that share the
 context's last 3 tokens first, then its last 2 or last 1 while fewer were found (one key range each).
 `HistoryDrafter(index)` is that lookup as a drafter (assistant.runtime.drafters' contract): it proposes
-only on a match of `min_match` tokens or more, so text the user never wrote costs the tree nothing; the
-ranking (assistant.runtime.ranking) values each draft by how often matches of its length were accepted.
+on a match of `min_match` tokens or more (1 by default, as the in-context lookup), and the ranking
+(assistant.runtime.ranking) values each draft by how often matches of its length were accepted, so a
+weak match takes tree nodes only when nothing likelier is on offer.
 
 Why: prompt lookup copies from the current prompt and answer; one person's answers repeat across
 conversations (the same boilerplate, the same phrasing of a kind of answer), which a lookup over

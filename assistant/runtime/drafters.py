@@ -111,7 +111,7 @@ class PhraseDrafter(_Base):
         self.max_nodes = max_nodes    # node budget for best-first (None: ctx.max_nodes)
         self._live = torch.tensor([r is not None for r in vocab.rows], dtype=torch.bool)
         self._last: list[list[int]] = []   # row ids making up each candidate of the last proposal
-        self._by_prefix: dict[tuple[int, ...], torch.Tensor] | None = None
+        self._prefixes: tuple[dict[tuple[int, ...], int], torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def from_artifact(cls, art: Artifact, embeddings: torch.nn.Module, **kw) -> "PhraseDrafter":
@@ -125,18 +125,22 @@ class PhraseDrafter(_Base):
     def refresh(self) -> None:
         """Re-read which rows are live after the vocabulary changed."""
         self._live = torch.tensor([r is not None for r in self.vocab.rows], dtype=torch.bool)
-        self._by_prefix = None
+        self._prefixes = None
 
-    def _prefix_rows(self) -> dict[tuple[int, ...], torch.Tensor]:
-        """The live rows under every token prefix of a row (built once per vocabulary)."""
-        if self._by_prefix is None:
-            by: dict[tuple[int, ...], list[int]] = {}
+    def _prefix_index(self) -> tuple[dict[tuple[int, ...], int], torch.Tensor, torch.Tensor]:
+        """Every token prefix of a live row, numbered, and the (row, prefix number) pairs that sum the
+        head's probabilities by prefix in one index_add (built once per vocabulary)."""
+        if self._prefixes is None:
+            number: dict[tuple[int, ...], int] = {}
+            rows: list[int] = []
+            of: list[int] = []
             for i, r in enumerate(self.vocab.rows):
                 if r is not None:
                     for k in range(1, len(r.tokens) + 1):
-                        by.setdefault(tuple(r.tokens[:k]), []).append(i)
-            self._by_prefix = {p: torch.tensor(v) for p, v in by.items()}
-        return self._by_prefix
+                        rows.append(i)
+                        of.append(number.setdefault(tuple(r.tokens[:k]), len(number)))
+            self._prefixes = (number, torch.tensor(rows, dtype=torch.long), torch.tensor(of, dtype=torch.long))
+        return self._prefixes
 
     @torch.inference_mode()
     def scores(self, ctx: DraftContext) -> torch.Tensor:
@@ -212,17 +216,24 @@ class PhraseDrafter(_Base):
                     row_paths.append(chain)
                     path_p.append([pr * 0.5 ** j for j in range(len(chain))])
         self._last = row_paths
-        by_prefix = self._prefix_rows()
+        number, rows_of, prefix_of = self._prefix_index()
         probs = probs.cpu()
-        cands = []
+        mass = torch.zeros(len(number), dtype=probs.dtype).index_add_(0, prefix_of, probs[rows_of])
+        drafts: list[tuple[list[int], list[float], int]] = []
+        wanted: list[int] = []       # prefix numbers of every first-phrase token of every draft, in order
         for rows, path in zip(row_paths, path_p):
             toks: list[int] = []
             prior: list[float] = []
             for r, q in zip(rows, path):
                 toks.extend(self.vocab.rows[r].tokens)
                 prior.extend([q] * len(self.vocab.rows[r].tokens))
-            for i in range(len(self.vocab.rows[rows[0]].tokens)):
-                prior[i] = max(prior[i], float(probs[by_prefix[tuple(toks[:i + 1])]].sum()))
+            first = len(self.vocab.rows[rows[0]].tokens)
+            wanted.extend(number[tuple(toks[:i + 1])] for i in range(first))
+            drafts.append((toks, prior, first))
+        masses = iter(mass[torch.tensor(wanted, dtype=torch.long)].tolist())
+        cands = []
+        for toks, prior, first in drafts:
+            prior[:first] = [next(masses) for _ in range(first)]   # >= the row's own probability
             bucket = min(int(-math.log2(max(prior[0], 1e-9))), 9)
             cands.append(Draft(toks, ("phrase", bucket), prior))
         return cands

@@ -5,10 +5,11 @@ target's own greedy output: exactness is checked by the bench), computes the tar
 them in one teacher-forced forward per batch, and replays the decode loop with
 assistant.adapt.evaluate.simulate_decode: the same drafter (`build_drafter`: shipped head + prompt
 lookup, ranked on one scale), the same width controller over the same verify costs, one drafter and one
-controller for the whole run, as the bench keeps them. Tokens per pass do not depend on timing, so the
-replay runs in ~30 s instead of ~20 min and may share the machine. It is within a few percent of live
-decoding, not always equal (gsm8k_test 20 x 128, compiled, 2 threads: 2.7890 both; mt_bench 81-90:
-1.494 replayed, 1.615 live, unexplained): compare changes with it, report speed from `assistant bench`.
+controller for the whole run, after the bench's warm-up answer, as the bench keeps them. Tokens per pass
+do not depend on timing, so the replay runs in ~30 s instead of ~20 min and may share the machine. It is
+within 2% of live decoding, not equal (gsm8k_test 20 x 128, compiled, 2 threads: 2.805 replayed, 2.789
+live; mt_bench 81-90: 1.582 and 1.615; the compiled engine's hidden states differ in the last bits and
+the ranking is path-dependent): compare changes with it, report speed from `assistant bench`.
 
 It also prints tokens per unit of verify cost (sum over passes of cost(width) / cost(1), from the cost
 table) and, with --oracle, the ceiling of the ranking: the same candidates and widths, but the nodes on
@@ -39,6 +40,7 @@ def main() -> None:
     from assistant.adapt.distill import Answer
     from assistant.adapt.evaluate import simulate_decode
     from assistant.adapt.features import collect_features
+    from assistant.runtime.bench import WARM_PROMPT, WARM_TOKENS
     from assistant.runtime.defaults import build_drafter
     from assistant.runtime.jsonl import read_prompts
     from assistant.runtime.target import load_target
@@ -67,10 +69,10 @@ def main() -> None:
     if a.oracle:
         _rank_target_path_first(drafter, answers)
     width = WidthController(costs, report["config"].get("tree_width", 16))
-    # the bench's warm-up: 4 tokens of "Hi" at the full width, which the drafter's calibration sees too
-    warm_ids = target.encode_chat([{"role": "user", "content": "Hi"}])
+    # the bench's warm-up, at the full width, which the drafter's calibration sees too
+    warm_ids = target.encode_chat([{"role": "user", "content": WARM_PROMPT}])
     with torch.inference_mode():
-        out = target.model.generate(torch.tensor([warm_ids]), max_new_tokens=4, do_sample=False)
+        out = target.model.generate(torch.tensor([warm_ids]), max_new_tokens=WARM_TOKENS, do_sample=False)
     warm = [Answer("warm-up", warm_ids, out[0, len(warm_ids):].tolist())]
     simulate_decode(drafter, warm, collect_features(target, warm, (-1,), progress=lambda *_: None), width.cap)
     used: list[int] = []

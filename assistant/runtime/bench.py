@@ -32,6 +32,7 @@ from assistant.runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_g
 METHODS = ("hf", "pld", "greedy", "phrase")
 DRAFTED = ("phrase", "head", "lookup")    # our speculative methods: the drafter of each is given to run_bench
 LLAMACPP = {"llamacpp": "BF16", "llamacpp_q4": "Q4_1"}    # method -> GGUF of the same weights (assistant.runtime.llamacpp)
+WARM_PROMPT, WARM_TOKENS = "Hi", 4    # every method first answers this, untimed (a drafter's calibration sees it)
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str,
     # one controller per method for the whole run, as one chat session keeps one (it learns from the answers so far)
     widths = {m: WidthController(dict(cfg.width_costs), cfg.tree_width) for m in drafters} if cfg.width_costs else {}
     try:
-        warm = target.encode_chat([{"role": "user", "content": "Hi"}])
-        warm_cfg = BenchConfig(max_new_tokens=4, methods=cfg.methods, tree_width=cfg.tree_width, layout=cfg.layout)
+        warm = target.encode_chat([{"role": "user", "content": WARM_PROMPT}])
+        warm_cfg = BenchConfig(max_new_tokens=WARM_TOKENS, methods=cfg.methods, tree_width=cfg.tree_width,
+                               layout=cfg.layout)
         for m in cfg.methods:
             if m in LLAMACPP:
                 _llamacpp(llamacpp, m, target, warm, warm_cfg)

@@ -83,7 +83,9 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     from assistant.adapt.judge import drafter, judge, judged_widths, measure
     from assistant.runtime.history_lookup import AnswerIndex
     from assistant.adapt.replay import ReplayBuffer
+    from assistant.adapt.datasets import slices_path
     from assistant.adapt.slices import ensure_anchor, ensure_rehearsal
+    from assistant.profiles.heads import ARTIFACT
     from assistant.adapt.train import fine_tune, write_artifact
     from assistant.runtime.head import Artifact
     t_start = time.time()
@@ -184,9 +186,12 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
                             "grown": len(g.added), "evicted": len(g.evicted), "tokens_per_pass": tpp}}
         meta.pop("date", None)
         write_artifact(tmp, g.head, g.vocab, g.chain, meta, store_dtype="fp32", chain_p=g.chain_p)
+        # the base head's held-back prompts go with it, so the next cycle's anchor check finds them
+        slices = slices_path(base_path)
         version = profile.heads.publish(tmp, {"adapter_cycle": cycle_no, "rows": len(g.vocab),
                                               "capacity": g.vocab.capacity, "row_budget": budget,
-                                              "tokens_per_pass": tpp})
+                                              "tokens_per_pass": tpp},
+                                        companions={slices_path(ARTIFACT).name: slices} if slices.exists() else None)
         tmp.unlink(missing_ok=True)
         on_stage("published")
     report["version"] = version

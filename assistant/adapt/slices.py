@@ -4,7 +4,8 @@ Contract: `ensure_anchor(...)` and `ensure_rehearsal(...)` -> (answers, features
 built once per profile: the target answers its prompts greedily (announced as "<name> answers k/n"),
 their features are taken ("<name> features k/n"), and both are kept in adapter/<name>.jsonl,
 <name>.safetensors and <name>.json (every write atomic, assistant.profiles.atomic); later cycles read
-them back (features are retaken when the layers or the target changed).
+them back (features are retaken when the layers or the target changed; a damaged or incomplete slice,
+e.g. an info file cut by a full disk, is built again).
 The prompts are the base head's held-back prompts (assistant.adapt.datasets): the slices file beside
 the base head's artifact, else the one beside the shipped head for the target, keeping only prompts
 of the data sets the base head names in its metadata and outside the ranges it was trained on. The
@@ -98,9 +99,8 @@ def _ensure_slice(adir: Path, name: str, target, layers, config: CycleConfig, pa
 
     say = on_stage or (lambda s: None)
     fpath, apath, info_path = adir / f"{name}.safetensors", adir / f"{name}.jsonl", adir / f"{name}.json"
-    answers = load_answers(apath)
-    info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    if not answers or info.get("prompts") is None:
+    answers, info = _read_slice(apath, info_path)
+    if not answers:
         prompts, info = pick()
         if not prompts:
             return [], None, {"available": False, "reason": info}
@@ -116,13 +116,31 @@ def _ensure_slice(adir: Path, name: str, target, layers, config: CycleConfig, pa
         atomic_write_text(info_path, json.dumps(info))
     feats = None
     if fpath.exists():
-        feats, md = Features.load(fpath)
-        if feats.layers != tuple(layers) or md.get("target") != target.name:
+        try:
+            feats, md = Features.load(fpath)
+        except Exception:      # noqa: BLE001 - a damaged cache of features (safetensors raises its own errors)
+            md = {}
+        if feats is None or feats.layers != tuple(layers) or md.get("target") != target.name:
             feats = None
     if feats is None:
         feats = features(target, answers, layers, config, pause, lambda s: say(f"{name} {s}"))
         feats.save(fpath, {"target": target.name})
     return answers, feats, {"available": True, **info, "answers": len(answers)}
+
+
+def _read_slice(apath: Path, info_path: Path) -> tuple[list, dict[str, Any]]:
+    """(answers, info) of a slice built before, or ([], {}) when it is absent, damaged or incomplete: a slice
+    is derived data, so a damaged one is answered again rather than trusted or reported."""
+    from assistant.adapt.distill import load_answers
+
+    try:
+        info = json.loads(info_path.read_text("utf-8"))
+        answers = load_answers(apath)
+    except (OSError, ValueError, TypeError, KeyError):
+        return [], {}
+    if not isinstance(info, dict) or info.get("prompts") != len(answers):
+        return [], {}
+    return answers, info
 
 
 __all__ = ["ensure_anchor", "ensure_rehearsal", "held_back_records"]

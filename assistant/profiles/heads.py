@@ -3,11 +3,13 @@
 Layout under `<profile>/heads/`:
     v000001/head.safetensors   the artifact (one safetensors file: head + vocabulary, never a pickle)
     v000001/meta.json          {"version", "created", "size", "sha256", ...caller's meta}
+    v000001/head.slices.jsonl  (optional) a companion file published with it: its held-back prompts
     CURRENT                    one line: the version in use
     .lock                      filelock: one writer (publish/prune/set_current) at a time
 
 Contract:
-- `publish(src, meta)` validates src (safetensors header), copies it into a
+- `publish(src, meta, companions=)` validates src (safetensors header), copies it (and the companion
+  files) into a
   hidden staging folder, fsyncs, renames the folder to the next version,
   fsyncs heads/, then replaces CURRENT atomically, then prunes to `keep`
   versions. A crash at any point leaves CURRENT at the old version or the new
@@ -32,7 +34,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from filelock import FileLock, Timeout
 
@@ -186,12 +188,18 @@ class HeadStore:
                                f"(waited {self.lock_timeout:.0f}s)") from e
         return lk
 
-    def publish(self, src_file: str | Path, meta: dict[str, Any] | None = None, prune: bool = True) -> str:
-        """Copy `src_file` in as a new immutable version and make it CURRENT; returns the version id."""
+    def publish(self, src_file: str | Path, meta: dict[str, Any] | None = None, prune: bool = True,
+                companions: Mapping[str, str | Path] | None = None) -> str:
+        """Copy `src_file` in as a new immutable version and make it CURRENT; returns the version id.
+        `companions` ({file name: source file}) are copied into the version beside its artifact (e.g. the
+        head's held-back prompts, assistant.adapt.datasets.slices_path), in the same atomic step."""
         src = Path(src_file)
         problem = check_artifact(src)
         if problem is not None:
             raise ProfileError(problem)
+        for name in companions or {}:
+            if name in (ARTIFACT, META) or Path(name).name != name or name.startswith("."):
+                raise ProfileError(f"{self.root}: {name!r} cannot be a file beside a head version's artifact")
         lk = self._acquire()
         try:
             self._clean()
@@ -201,6 +209,8 @@ class HeadStore:
             staging = self.root / f"{STAGING_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
             staging.mkdir()
             size = copy_file_durably(src, staging / ARTIFACT)
+            for name, path in (companions or {}).items():
+                copy_file_durably(path, staging / name)
             full_meta = {**(meta or {}), "version": version, "created": time.time(), "size": size,
                          "sha256": sha256_file(staging / ARTIFACT), "source": str(src)}
             atomic_write_text(staging / META, json.dumps(full_meta, indent=1, sort_keys=True))

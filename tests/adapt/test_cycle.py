@@ -308,3 +308,30 @@ def test_without_held_back_prompts_the_cycle_says_why(adapt_profile, tiny_llama,
     add_answers(p, 8, 4)
     rep = run_cycle(p, target=tiny_llama, config=FAST)
     assert rep["anchor"]["available"] and rep["tokens_per_pass"]["anchor_after"] is not None
+    # and the version it publishes carries them on, so the cycle after it still checks the original domain
+    assert rep["status"] == "published"
+    assert slices_path(p.heads.current()).read_bytes() == slices_path(base_artifact).read_bytes()
+    shutil.rmtree(p.path / "adapter")          # forget the slices built so far: they are built again
+    add_answers(p, 12, 4)
+    rep = run_cycle(p, target=tiny_llama, config=FAST)
+    assert rep["anchor"]["available"] and rep["tokens_per_pass"]["anchor_after"] is not None
+
+
+def test_a_damaged_slice_is_answered_again(adapt_profile, tiny_llama):
+    """The anchor slice is derived data: a damaged info file or a cut answers file is rebuilt, not trusted."""
+    p = adapt_profile
+    add_answers(p, 0, 8)
+    rep = run_cycle(p, target=tiny_llama, config=FAST)
+    assert rep["anchor"]["answers"] == 3
+    adir = p.path / "adapter"
+    (adir / "anchor.json").write_text('{"prompts": 3, "sour')
+    add_answers(p, 8, 4)
+    stages: list[str] = []
+    rep = run_cycle(p, target=tiny_llama, config=FAST, on_stage=stages.append)
+    assert rep["anchor"]["available"] and rep["anchor"]["answers"] == 3
+    assert any(s.startswith("check: anchor answers") for s in stages)        # answered again
+    lines = (adir / "anchor.jsonl").read_text().splitlines()
+    (adir / "anchor.jsonl").write_text("\n".join(lines[:2]) + "\n")       # one answer lost
+    add_answers(p, 12, 4)
+    rep = run_cycle(p, target=tiny_llama, config=FAST)
+    assert rep["anchor"]["answers"] == 3 and len((adir / "anchor.jsonl").read_text().splitlines()) == 3

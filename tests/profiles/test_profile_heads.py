@@ -41,6 +41,20 @@ def test_publish_rejects_damaged_source(home, tmp_path):
     assert p.heads.versions() == []
 
 
+def test_publish_copies_companion_files(home, tmp_path):
+    """A version carries the files its artifact needs beside it (the head's held-back prompts)."""
+    p = Profile.open()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "q"}\n')
+    v = p.heads.publish(make_artifact(tmp_path / "a.safetensors", 1), {}, companions={"head.slices.jsonl": prompts})
+    assert (p.path / "heads" / v / "head.slices.jsonl").read_bytes() == prompts.read_bytes()
+    for bad in ("head.safetensors", "meta.json", "../x.jsonl", ".hidden"):
+        with pytest.raises(ProfileError) as e:
+            p.heads.publish(make_artifact(tmp_path / "b.safetensors", 2), {}, companions={bad: prompts})
+        assert repr(bad) in str(e.value) and "\n" not in str(e.value)
+    assert p.heads.versions() == [v]
+
+
 def test_prune_keeps_newest_and_current(home, tmp_path):
     p = Profile.open()
     p.update_config(keep_versions=2)

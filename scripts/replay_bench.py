@@ -15,8 +15,13 @@ It also prints tokens per unit of verify cost (sum over passes of cost(width) / 
 table) and, with --oracle, the ceiling of the ranking: the same candidates and widths, but the nodes on
 the target's path taken first (what a perfect value of each node would bank).
 
+The drafter is the bench's: the head given by --head, else the profile's current head (--profile, as
+`assistant bench` resolves it), else the shipped one; --history adds the lookup in the profile's past
+answers (`bench --history`). So a user's gain is replayed as: the report's answers, the shipped head
+with no history, against their adapted head with their history.
+
 usage: python scripts/replay_bench.py REPORT.json --costs <cache>/costmodel/<model>-...-compiled.json
-           [--method phrase] [--data ../shared/data] [--oracle]
+           [--method phrase] [--data ../shared/data] [--oracle] [--profile NAME] [--head PATH] [--history]
 """
 from __future__ import annotations
 
@@ -33,6 +38,10 @@ def main() -> None:
     ap.add_argument("--method", default="phrase")
     ap.add_argument("--data", default=None, help="folder holding the report's data set, if not at its path")
     ap.add_argument("--oracle", action="store_true", help="take the nodes on the target's path first")
+    ap.add_argument("--profile", default=None, help="profile whose current head (and, with --history, past answers) "
+                                                    "draft")
+    ap.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
+    ap.add_argument("--history", action="store_true", help="also draft from the profile's past answers")
     a = ap.parse_args()
 
     import torch
@@ -40,6 +49,7 @@ def main() -> None:
     from assistant.adapt.distill import Answer
     from assistant.adapt.evaluate import simulate_decode
     from assistant.adapt.features import collect_features
+    from assistant.commands.bench import history_index, resolve_target_head
     from assistant.runtime.bench import WARM_PROMPT, WARM_TOKENS
     from assistant.runtime.defaults import build_drafter
     from assistant.runtime.jsonl import read_prompts
@@ -65,7 +75,9 @@ def main() -> None:
     table = json.loads(Path(a.costs).read_text())["costs"]
     costs = {int(w): float(s) for w, s in (table.get(report["config"].get("layout", "packed")) or
                                            next(iter(table.values()))).items()}
-    drafter, _ = build_drafter(target)
+    a.target = None
+    _, head = resolve_target_head(a)
+    drafter, info = build_drafter(target, head, history=history_index(a, target))
     if a.oracle:
         _rank_target_path_first(drafter, answers)
     width = WidthController(costs, report["config"].get("tree_width", 16))
@@ -80,7 +92,8 @@ def main() -> None:
     width.next_width = lambda *x, **k: used.append(pick(*x, **k)) or used[-1]
     res = simulate_decode(drafter, answers, feats, max_nodes=width.cap, width=width)
     drafted = res["tokens"] - len(answers)          # the first token of each answer comes from the prefill
-    print(json.dumps({"report_tokens_per_pass": report["methods"][a.method]["tokens_per_pass"],
+    print(json.dumps({"drafter": info["drafter"], "head": Path(head).parent.name if head else "shipped",
+                      "report_tokens_per_pass": report["methods"][a.method]["tokens_per_pass"],
                       "replay_tokens_per_pass": res["tokens_per_pass"], "oracle_ranking": a.oracle,
                       "tokens_per_verify_cost": drafted / (sum(costs[w] for w in used) / costs[1]),
                       "mean_width": res["mean_width"], "banked_by_source": dict(getattr(drafter, "banked", {})),

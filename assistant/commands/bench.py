@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _resolve(args) -> tuple[str, str | None]:
+def resolve_target_head(args) -> tuple[str, str | None]:
     """Target and head from the flags, falling back to the profile when one exists."""
     target, head = args.target, args.head
     if target is None or head is None:
@@ -60,7 +60,7 @@ def _resolve(args) -> tuple[str, str | None]:
     return target or "default", head
 
 
-def _history(args, target):
+def history_index(args, target):
     """The lookup index of the profile's past answers with --history (else None)."""
     if not args.history:
         return None
@@ -97,13 +97,13 @@ def run(args) -> int:
     if not prompts:
         print(f"assistant: {args.dataset}: no usable prompts", file=sys.stderr)
         return 1
-    target_spec, head = _resolve(args)
+    target_spec, head = resolve_target_head(args)
     from assistant.runtime.budget import resolve_dtype
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
     drafters, info = {}, {}
     if "phrase" in methods:
-        drafters["phrase"], info = build_drafter(target, head, history=_history(args, target))
+        drafters["phrase"], info = build_drafter(target, head, history=history_index(args, target))
     if "head" in methods:
         # a second load on purpose: each drafter keeps its own row statistics (PhraseDrafter.observe)
         drafters["head"], info_head = build_drafter(target, head, lookup=False)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from assistant.adapt.config import CycleConfig
@@ -176,8 +176,8 @@ def run_pipeline(config: TrainConfig, log=None, tune: TuneConfig | None = None) 
     targets = row_targets(answers, feats.seq, feats.pos, vocab)
     hidden = target.hidden_size
     x = feats.select_layers(config.layers, hidden)
-    hc = HeadTrainConfig(layers=config.layers, inner=config.inner, width=config.width, epochs=config.epochs,
-                         lr=config.lr, batch_size=config.batch_size, holdout=config.holdout, seed=config.seed)
+    # every head-training setting the pipeline's config names (by field name), the rest at HeadTrainConfig's defaults
+    hc = HeadTrainConfig(**{f.name: getattr(config, f.name) for f in fields(HeadTrainConfig) if hasattr(config, f.name)})
     emb = target.model.get_input_embeddings().weight
     head, report = train_head(x, feats.roots, targets, emb, vocab, hidden, hc, log)
 

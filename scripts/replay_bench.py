@@ -78,14 +78,14 @@ def main() -> None:
     a.target = None
     _, head = resolve_target_head(a)
     drafter, info = build_drafter(target, head, history=history_index(a, target))
-    if a.oracle:
-        _rank_target_path_first(drafter, answers)
     width = WidthController(costs, report["config"].get("tree_width", 16))
     # the bench's warm-up, at the full width, which the drafter's calibration sees too
     warm_ids = target.encode_chat([{"role": "user", "content": WARM_PROMPT}])
     with torch.inference_mode():
         out = target.model.generate(torch.tensor([warm_ids]), max_new_tokens=WARM_TOKENS, do_sample=False)
     warm = [Answer("warm-up", warm_ids, out[0, len(warm_ids):].tolist())]
+    if a.oracle:
+        _rank_target_path_first(drafter, warm + answers)
     simulate_decode(drafter, warm, collect_features(target, warm, (-1,), progress=lambda *_: None), width.cap)
     used: list[int] = []
     pick = width.next_width

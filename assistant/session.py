@@ -297,12 +297,12 @@ def session_config_from_profile(profile: Any, **overrides: Any) -> SessionConfig
 
         sc = replace(sc, dtype=resolve_dtype("auto", sc.device))
     if cfg.memory_budget:
-        from assistant.runtime.budget import plan_session
+        from assistant.runtime.budget import budget_limits
 
-        p = plan_session(sc.target, sc.dtype, cfg.memory_budget, tree_width=sc.tree_width, device=sc.device,
-                         head_path=sc.head_path, head_rows=cfg.row_budget, max_context=sc.max_context,
-                         history_tokens=sc.history_tokens if sc.history_lookup else 0)
-        sc = replace(sc, max_context=p.max_context, tree_width=plan_width(sc.tree_width, budget=p.tree_width).cap)
+        width, context = budget_limits(sc.target, sc.dtype, cfg.memory_budget, sc.tree_width, device=sc.device,
+                                       head_path=sc.head_path, head_rows=cfg.row_budget, max_context=sc.max_context,
+                                       history_tokens=sc.history_tokens if sc.history_lookup else 0)
+        sc = replace(sc, max_context=context, tree_width=width)
     return sc
 
 

@@ -86,6 +86,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     from assistant.adapt.datasets import slices_path
     from assistant.adapt.slices import ensure_anchor, ensure_rehearsal
     from assistant.profiles.heads import ARTIFACT
+    from assistant.runtime.budget import budget_limits
     from assistant.adapt.train import fine_tune, write_artifact
     from assistant.runtime.head import Artifact
     t_start = time.time()
@@ -100,7 +101,11 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     last_id = max(m for m, _, _ in new)
     target, base_path, art, base_label = _base(profile, target, config, on_stage)
     layers, hidden = tuple(art.head.config.feature_layers), target.hidden_size
-    widths = judged_widths(target, profile.config.tree_width, config.max_nodes)
+    pc = profile.config        # judged at the width the profile's answers run at (its memory budget's cap)
+    cap, _ = budget_limits(pc.target, target.dtype, pc.memory_budget, pc.tree_width, device=target.device.type,
+                           head_path=base_path, head_rows=pc.row_budget,
+                           history_tokens=pc.history_tokens if pc.history_lookup else 0)
+    widths = judged_widths(target, cap, config.max_nodes)
     emb_module = target.model.get_input_embeddings()
     emb = emb_module.weight.detach().float().cpu()
 

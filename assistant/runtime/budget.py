@@ -268,3 +268,19 @@ def plan_session(target: str, dtype: str, memory: str | int, tree_width: int = D
              head_bytes=head_bytes, max_context=max_context, min_context=min_context,
              history_bytes=ANSWER_INDEX_BYTES_PER_TOKEN * history_tokens)
     return require(p)
+
+
+def budget_limits(target: str, dtype: str, memory: str | int | None, tree_width: int, *, device: str = "auto",
+                  head_path: str | os.PathLike | None = None, head_rows: int = 8000, max_context: int | None = None,
+                  history_tokens: int = 0) -> tuple[int, int | None]:
+    """(tree width cap, max context) a session runs at under a memory budget: `tree_width` lowered to what
+    `memory` fits (assistant.runtime.width.plan_width) and the context the plan leaves; with no budget, as
+    asked. The session and the adapter's judge both take their width from here, so a cycle is judged at the
+    width the answers run at. Raises BudgetError when the target does not fit."""
+    if not memory:
+        return tree_width, max_context
+    from assistant.runtime.width import plan_width
+
+    p = plan_session(target, dtype, memory, tree_width=tree_width, device=device, head_path=head_path,
+                     head_rows=head_rows, max_context=max_context, history_tokens=history_tokens)
+    return plan_width(tree_width, budget=p.tree_width).cap, p.max_context

@@ -335,3 +335,25 @@ def test_a_damaged_slice_is_answered_again(adapt_profile, tiny_llama):
     add_answers(p, 12, 4)
     rep = run_cycle(p, target=tiny_llama, config=FAST)
     assert rep["anchor"]["answers"] == 3 and len((adir / "anchor.jsonl").read_text().splitlines()) == 3
+
+
+def test_the_cycle_judges_at_the_width_the_memory_budget_leaves(adapt_profile, tiny_llama, monkeypatch):
+    """A budget that lowers the tree width lowers it for the answers and for the cycle's judge alike."""
+    from types import SimpleNamespace
+
+    import assistant.adapt.judge as judge_mod
+    from assistant.session import session_config_from_profile
+
+    p = adapt_profile
+    p.update_config(memory_budget="2GiB")
+    asked: list[tuple] = []
+    monkeypatch.setattr("assistant.runtime.budget.plan_session",
+                        lambda *a, **k: asked.append((a, k)) or SimpleNamespace(tree_width=4, max_context=512))
+    caps: list[int] = []
+    judged = judge_mod.judged_widths
+    monkeypatch.setattr(judge_mod, "judged_widths", lambda target, cap, fixed=None: caps.append(cap) or
+                        judged(target, cap, fixed))
+    assert session_config_from_profile(p).tree_width == 4          # profile asks 12, the budget leaves 4
+    add_answers(p, 0, 8)
+    run_cycle(p, target=tiny_llama, config=FAST)
+    assert caps == [4] and asked[-1][0][2] == "2GiB" and asked[-1][1]["tree_width"] == 12

@@ -43,12 +43,13 @@ def test_busy_cores_sees_another_process():
 def test_own_work_is_not_counted_as_load():
     if busy_cores(0.05) is None:
         pytest.skip("no /proc here")
+    others = busy_cores(0.3)                        # what other processes on this machine use meanwhile
     mark = threads.snapshot()
     t = time.perf_counter()
     x = 0
     while time.perf_counter() - t < 0.4:           # this process busy on one core
         x += 1
-    assert busy_cores(0.1, since=mark) < 0.5
+    assert busy_cores(0.1, since=mark) < others + 0.5
 
 
 def test_fixed_count_wins_over_measurement_and_load(monkeypatch):

@@ -39,6 +39,11 @@ class CycleConfig:
     feature_chunk: int | None = 64    # tokens per piece of it: pause() runs between pieces, so a chat answer
                                       # that starts meanwhile shares the CPU with at most one piece (~0.1 s)
     half_life_s: float = 7 * 24 * 3600.0
+    new_row_init: str = "mean_trunk"  # grown rows start as the trunk's mean where their phrase follows, or
+                                      # "quiet" (zero weight, a bias quiet_below under every old row's): on a new-
+                                      # domain user quiet kept the anchor in its margin (A12); not yet the default,
+                                      # the arena figures (A1-A3) were measured with mean_trunk
+    quiet_below: float = 10.0        # 10 below: anchor -0.9%, user +6.8%; 5 below: anchor -4.8% (A12)
     seed: int = 0
 
 

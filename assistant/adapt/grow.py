@@ -33,7 +33,7 @@ Contract:
 - `grow_cycle(art, replay, new_seqs, tokenizer, emb, budget, now, config, cycle, pause)` -> Growth:
   the adapter cycle's grow stage on a COPY of the artifact's head and vocabulary: usage observed on
   the new answers, phrases mined over the replayed answers (assistant.adapt.mine), the plan applied
-  (new rows from `mean_trunk_init`), the chain table merged; the changes are returned, not logged,
+  (new rows from `mean_trunk_init`, or `quiet_init` with CycleConfig.new_row_init "quiet"), the chain table merged; the changes are returned, not logged,
   so a killed cycle logs nothing. pause() runs between answers of every pure-Python pass.
 """
 from __future__ import annotations
@@ -196,6 +196,19 @@ def mean_trunk_init(head, feats: torch.Tensor, roots: torch.Tensor, emb: torch.T
     return out
 
 
+def quiet_init(head, rows: Sequence[int], below: float) -> dict[int, torch.Tensor]:
+    """{row id: [width+1]} for `rows`: a zero weight and a bias `below` under the lowest bias of the other
+    rows, so a new row outscores no old one anywhere until the fine-tune raises it where its phrase follows.
+    Measured on a new-domain user (BENCHMARKS.md, A12): the mean-trunk init cost the original domain 27% of its
+    tokens per pass before any training step (the new rows fire in its contexts too) and the cycle was rejected;
+    started quiet, the same cycle kept the original domain within its margin."""
+    want = set(int(r) for r in rows)
+    bias = head.out.bias.detach()
+    others = torch.tensor([i not in want for i in range(len(bias))], dtype=torch.bool)
+    low = float(bias[others].min()) if bool(others.any()) else 0.0
+    return {r: torch.cat([torch.zeros(head.config.width), torch.tensor([low - below])]) for r in want}
+
+
 def apply(head, vocab, plan_: Plan, table, now: float, log: ChangeLog | None = None, cycle: int = 0,
           init_fn=None) -> tuple[list[int], list[int]]:
     """Evict, then add, then resize the head and initialise the new rows; returns (added ids, evicted ids).
@@ -269,7 +282,7 @@ def merge_chain(old: torch.Tensor | None, new: torch.Tensor, changed: Iterable[i
 
 
 __all__ = ["ChangeLog", "GrowConfig", "Plan", "apply", "candidate_gains", "mean_trunk_init", "merge_chain",
-           "observe_usage", "plan"]
+           "observe_usage", "plan", "quiet_init"]
 
 
 class Paced(Sequence):
@@ -345,6 +358,8 @@ def grow_cycle(art, replay, new_seqs: Sequence[Sequence[int]], tokenizer, emb: t
     changes: list[dict] = []
 
     def init_fn(rows):
+        if getattr(config, "new_row_init", "mean_trunk") == "quiet":
+            return quiet_init(head, rows, config.quiet_below)
         return mean_trunk_init(head, replay.feats, replay.roots, emb, replay.targets(vocab), rows)
 
     added, evicted = apply(head, vocab, the_plan, table, now, _Collect(changes), cycle, init_fn)

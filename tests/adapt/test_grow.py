@@ -1,6 +1,7 @@
 """assistant.adapt.grow: budget, decayed-utility eviction, id reuse, mean-trunk init, the change log, chains."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from assistant.adapt.grow import ChangeLog, GrowConfig, apply, mean_trunk_init, merge_chain, observe_usage, plan
@@ -101,3 +102,21 @@ def test_merge_chain_keeps_each_links_probability():
     m, p = merge_chain(old, new, changed=set(), width=2, old_p=old_p, new_p=new_p)
     assert m.tolist() == [[3, 1], [2, -1], [-1, -1], [-1, -1]]
     assert torch.allclose(p, torch.tensor([[0.9, 0.75], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))
+
+
+def test_quiet_init_starts_new_rows_below_every_old_one(tmp_path):
+    """A quiet row outscores no old row anywhere until training raises it (CycleConfig.new_row_init "quiet")."""
+    from assistant.adapt.grow import quiet_init
+
+    torch.manual_seed(0)
+    v = _vocab(3)
+    head = PhraseHead(HeadConfig(hidden_size=4, inner=8, width=4), 3)
+    p = plan(v, [((1, 2), 9)], budget=4, now=NOW)
+    added, _ = apply(head, v, p, None, NOW, None, init_fn=lambda rows: quiet_init(head, rows, below=5.0))
+    r = added[0]
+    old = [i for i in range(head.rows) if i != r]
+    assert head.out.weight[r].abs().sum() == 0
+    assert float(head.out.bias[r]) == pytest.approx(float(head.out.bias[old].min()) - 5.0)
+    with torch.no_grad():
+        logits = head(torch.randn(50, 4), torch.randn(50, 4))
+    assert bool((logits[:, r] < logits[:, old].max(dim=1).values).all())

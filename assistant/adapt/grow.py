@@ -33,8 +33,8 @@ Contract:
 - `grow_cycle(art, replay, new_seqs, tokenizer, emb, budget, now, config, cycle, pause)` -> Growth:
   the adapter cycle's grow stage on a COPY of the artifact's head and vocabulary: usage observed on
   the new answers, phrases mined over the replayed answers (assistant.adapt.mine), the plan applied
-  (new rows from `mean_trunk_init`, or `quiet_init` with CycleConfig.new_row_init "quiet"), the chain table merged; the changes are returned, not logged,
-  so a killed cycle logs nothing. pause() runs between answers of every pure-Python pass.
+  (new rows from `mean_trunk_init`, or `quiet_init` with CycleConfig.new_row_init "quiet"), the chain
+  table merged; the changes are returned, not logged, so a killed cycle logs nothing. pause() runs between answers of every pure-Python pass.
 """
 from __future__ import annotations
 
@@ -358,7 +358,7 @@ def grow_cycle(art, replay, new_seqs: Sequence[Sequence[int]], tokenizer, emb: t
     changes: list[dict] = []
 
     def init_fn(rows):
-        if getattr(config, "new_row_init", "mean_trunk") == "quiet":
+        if config.new_row_init == "quiet":
             return quiet_init(head, rows, config.quiet_below)
         return mean_trunk_init(head, replay.feats, replay.roots, emb, replay.targets(vocab), rows)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+NEW_ROW_INITS = ("quiet", "mean_trunk")
+
 
 @dataclass(frozen=True)
 class CycleConfig:
@@ -39,12 +41,18 @@ class CycleConfig:
     feature_chunk: int | None = 64    # tokens per piece of it: pause() runs between pieces, so a chat answer
                                       # that starts meanwhile shares the CPU with at most one piece (~0.1 s)
     half_life_s: float = 7 * 24 * 3600.0
-    new_row_init: str = "mean_trunk"  # grown rows start as the trunk's mean where their phrase follows, or
-                                      # "quiet" (zero weight, a bias quiet_below under every old row's): on a new-
-                                      # domain user quiet kept the anchor in its margin (A12); not yet the default,
-                                      # the arena figures (A1-A3) were measured with mean_trunk
+    new_row_init: str = "quiet"       # grown rows start at zero weight and a bias quiet_below under every old
+                                      # row's, so they outscore no old row until the fine-tune raises them where
+                                      # their phrase follows; "mean_trunk" starts them at the trunk's mean there,
+                                      # which fired them in the original domain's contexts too: anchor -27%
+                                      # before any step on the code user, -8.4% vs quiet's -3.0% after the
+                                      # cycle on the arena user (BENCHMARKS.md, A12 and A14)
     quiet_below: float = 10.0        # 10 below: anchor -0.9%, user +6.8%; 5 below: anchor -4.8% (A12)
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.new_row_init not in NEW_ROW_INITS:
+            raise ValueError(f"new_row_init must be one of {', '.join(NEW_ROW_INITS)}, not {self.new_row_init!r}")
 
 
 __all__ = ["CycleConfig"]

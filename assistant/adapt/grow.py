@@ -33,7 +33,7 @@ Contract:
 - `grow_cycle(art, replay, new_seqs, tokenizer, emb, budget, now, config, cycle, pause)` -> Growth:
   the adapter cycle's grow stage on a COPY of the artifact's head and vocabulary: usage observed on
   the new answers, phrases mined over the replayed answers (assistant.adapt.mine), the plan applied
-  (new rows from `mean_trunk_init`, or `quiet_init` with CycleConfig.new_row_init "quiet"), the chain
+  (new rows from `quiet_init`, or `mean_trunk_init` with CycleConfig.new_row_init "mean_trunk"), the chain
   table merged; the changes are returned, not logged, so a killed cycle logs nothing. pause() runs between answers of every pure-Python pass.
 """
 from __future__ import annotations
@@ -358,9 +358,9 @@ def grow_cycle(art, replay, new_seqs: Sequence[Sequence[int]], tokenizer, emb: t
     changes: list[dict] = []
 
     def init_fn(rows):
-        if config.new_row_init == "quiet":
-            return quiet_init(head, rows, config.quiet_below)
-        return mean_trunk_init(head, replay.feats, replay.roots, emb, replay.targets(vocab), rows)
+        if config.new_row_init == "mean_trunk":
+            return mean_trunk_init(head, replay.feats, replay.roots, emb, replay.targets(vocab), rows)
+        return quiet_init(head, rows, config.quiet_below)
 
     added, evicted = apply(head, vocab, the_plan, table, now, _Collect(changes), cycle, init_fn)
     pause()

@@ -120,3 +120,12 @@ def test_quiet_init_starts_new_rows_below_every_old_one(tmp_path):
     with torch.no_grad():
         logits = head(torch.randn(50, 4), torch.randn(50, 4))
     assert bool((logits[:, r] < logits[:, old].max(dim=1).values).all())
+
+
+def test_cycle_config_starts_grown_rows_quiet_and_refuses_unknown_inits():
+    from assistant.adapt.config import CycleConfig
+
+    assert CycleConfig().new_row_init == "quiet"
+    assert CycleConfig(new_row_init="mean_trunk").new_row_init == "mean_trunk"
+    with pytest.raises(ValueError, match="new_row_init"):
+        CycleConfig(new_row_init="zeros")

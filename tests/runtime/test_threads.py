@@ -111,3 +111,31 @@ def test_session_sets_the_count_in_the_thread_that_decodes(monkeypatch, tiny_tar
         worker.join()
         assert seen and set(seen) == {want}, (fixed, load, seen)
         assert s.info()["threads"] == want
+
+
+def test_a_fixed_thread_count_is_set_before_the_verify_costs_are_read(monkeypatch, tiny_target):
+    """Verify costs are cached per thread count (costmodel._key): a session with `threads` fixed must read
+    (or measure) the table of that count, not the default count's."""
+    from assistant.runtime import costmodel
+    from assistant.session import Session, SessionConfig
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        raise Stop
+
+    monkeypatch.setattr(costmodel, "pick_engine", spy)
+    before = torch.get_num_threads()
+    try:
+        for fixed in (1, 2):
+            s = Session(SessionConfig(max_new_tokens=4, threads=fixed))
+            s.target = tiny_target
+            with pytest.raises(Stop):
+                s._use_engine("auto", lambda *a: None)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2]

@@ -39,7 +39,7 @@ def run_cycle(profile, target=None, config: CycleConfig = CycleConfig(), pause: 
     from assistant.adapt.features import paced_features
 
     adir = adapter_dir(profile.path)
-    adir.mkdir(parents=True, exist_ok=True)
+    adir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with cycle_lock(adir):
         stage = StageFile(adir / STAGE_FILE, on_stage)
         try:

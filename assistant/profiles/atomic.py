@@ -47,7 +47,7 @@ def write_chunks(fd: int, data: bytes) -> None:
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)      # a profile's folders are private too
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}{os.getpid()}-")
     try:
         write_chunks(fd, data)

@@ -176,7 +176,7 @@ class HeadStore:
 
     # ---- writing (under the lock) ----------------------------------------------------------
     def lock(self, timeout: float | None = None) -> FileLock:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         return FileLock(str(self.root / LOCK), timeout=self.lock_timeout if timeout is None else timeout)
 
     def _acquire(self):

@@ -50,6 +50,8 @@ def test_profile_is_private(tmp_path, monkeypatch):
         conv = p.history.new_conversation("t", "")
         p.history.add_message(conv, "user", "my secret")
         atomic_write_text(p.path / "notes.txt", "x")
+        atomic_write_text(p.path / "adapter" / "state.json", "{}")    # a folder made on the way is private too
+        assert stat.S_IMODE((p.path / "adapter").stat().st_mode) == 0o700
         files = [p.config_path, p.history_path, p.path / "notes.txt",
                  *[p.path / f"history.sqlite-{s}" for s in ("wal", "shm") if (p.path / f"history.sqlite-{s}").exists()]]
         assert len(files) >= 4

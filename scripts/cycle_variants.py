@@ -49,7 +49,7 @@ def main(src: str, variants: dict, cache: str) -> None:
             t0 = time.time()
             r = run_cycle(prof, target, CycleConfig(**overrides), features=cached)
             print(json.dumps({"variant": name, **overrides, "status": r["status"], "tokens_per_pass": r["tokens_per_pass"],
-                              "finetune": r["finetune"], "grown": r["grown"], "max_nodes": r["max_nodes"],
+                              "finetune": r["finetune"], "grown": r["grown"], "max_nodes": r["max_nodes"], "judge_costs": r["judge_costs"],
                               "seconds": round(time.time() - t0)}), flush=True)
             prof.close()
     finally:

@@ -177,6 +177,8 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
         "rows": len(g.vocab), "capacity": g.vocab.capacity, "row_budget": budget, "finetune": ft,
         "tokens_per_pass": tpp, "anchor": anchor_info, "rehearsal": reh_info, "margin": config.margin,
         "max_nodes": widths.cap, "width": "online" if widths.costs else "fixed",
+        # the verify costs the judge's widths followed: its verdict can move with them (BENCHMARKS.md, A15)
+        "judge_costs": {w: round(c / widths.costs[min(widths.costs)], 3) for w, c in sorted(widths.costs.items())},
     }
     if ans_eval:
         save_held_out(adir / HELD_OUT_FILE, held_answers, held_feats, target.name)
@@ -208,7 +210,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     # 8: state (after the publish)
     on_stage("state")
     last = {k: report[k] for k in ("cycle", "status", "reasons", "answers", "grown", "evicted", "rows", "capacity",
-                                   "row_budget", "tokens_per_pass", "version", "seconds")}
+                                   "row_budget", "tokens_per_pass", "judge_costs", "version", "seconds")}
     last["time"] = clock()
     n_add, n_evict = (len(g.added), len(g.evicted)) if accepted else (0, 0)
     write_state(profile.path, {

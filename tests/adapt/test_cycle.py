@@ -357,3 +357,16 @@ def test_the_cycle_judges_at_the_width_the_memory_budget_leaves(adapt_profile, t
     add_answers(p, 0, 8)
     run_cycle(p, target=tiny_llama, config=FAST)
     assert caps == [4] and asked[-1][0][2] == "2GiB" and asked[-1][1]["tree_width"] == 12
+
+
+def test_the_report_names_the_verify_costs_the_judge_followed(adapt_profile, tiny_llama, monkeypatch):
+    """The judge's verdict can move with the cost table its widths follow: the report carries it, relative to 1 node."""
+    import assistant.adapt.judge as judge_mod
+    from assistant.runtime.width import WidthPlan
+
+    monkeypatch.setattr(judge_mod, "judged_widths",
+                        lambda target, cap, fixed=None: WidthPlan(cap=4, start=4, costs={1: 0.1, 2: 0.12, 4: 0.2}))
+    add_answers(adapt_profile, 0, 8)
+    rep = run_cycle(adapt_profile, target=tiny_llama, config=FAST)
+    assert rep["width"] == "online" and rep["judge_costs"] == {1: 1.0, 2: 1.2, 4: 2.0}
+    assert read_state(adapt_profile.path)["last_cycle"]["judge_costs"] == {"1": 1.0, "2": 1.2, "4": 2.0}

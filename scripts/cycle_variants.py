@@ -48,8 +48,8 @@ def main(src: str, variants: dict, cache: str) -> None:
             prof = Profile.open(name, create=False)
             t0 = time.time()
             r = run_cycle(prof, target, CycleConfig(**overrides), features=cached)
-            print(json.dumps({"variant": name, **overrides, "status": r["status"], "tokens_per_pass": r["tokens_per_pass"],
-                              "finetune": r["finetune"], "grown": r["grown"], "max_nodes": r["max_nodes"], "judge_costs": r["judge_costs"],
+            keep = ("status", "tokens_per_pass", "finetune", "grown", "max_nodes", "judge_costs")
+            print(json.dumps({"variant": name, **overrides, **{k: r[k] for k in keep},
                               "seconds": round(time.time() - t0)}), flush=True)
             prof.close()
     finally:

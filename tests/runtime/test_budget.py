@@ -158,7 +158,8 @@ steps = list(s.answer([{"role": "user", "content": "What is 2+2?"}]))
 gc.collect()
 print(json.dumps({"rss": status("VmRSS"), "peak": status("VmHWM"), "context": n + sum(len(x.tokens) for x in steps),
                   "head": s.head_info.get("head"), "engine": s.engine.name,
-                  "compiled_now": any("compiling" in m for m in notes)}))
+                  "compiled_now": any("compiling" in m for m in notes),
+                  "measured_costs": any("measuring verify cost" in m for m in notes)}))
 """
 
 
@@ -175,8 +176,12 @@ def test_measured_rss_matches_plan(dtype):
     """The RSS of a process that loaded the SmolLM2 runtime (eager engine) and answered is within 15% of
     the plan. The compiled engine's process peaks at most 1.25x the eager one's, also when it
     compiles, and holds at most 1.25x once it loads its saved compiled forward, as every start after
-    the first does."""
-    got = _rss(dtype, "eager")
+    the first does. A first start on an empty cache measures the verify costs in the process (every
+    layout, every width): the allocator keeps part of that (~90 MiB in bf16 on a CPU with native bf16,
+    BENCHMARKS.md "Memory"), so that start is held to 25% and every later one to 15%."""
+    first = _rss(dtype, "eager")
+    got = _rss(dtype, "eager") if first["measured_costs"] else first
+    assert not got["measured_costs"]
     compiled = _rss(dtype, "compiled")
     assert compiled["engine"] == "compiled"
     loaded = _rss(dtype, "compiled") if compiled["compiled_now"] else compiled
@@ -192,6 +197,9 @@ def test_measured_rss_matches_plan(dtype):
     print(f"{dtype}: measured RSS {got['rss'] / mib:.1f} MiB, plan {want / mib:.1f} MiB, "
           f"ratio {got['rss'] / want:.3f}")
     assert abs(got["rss"] - want) / want < 0.15
+    print(f"{dtype}: first start {first['rss'] / mib:.1f} MiB (measured the costs: {first['measured_costs']}), "
+          f"ratio {first['rss'] / want:.3f}")
+    assert first["rss"] <= 1.25 * want
 
 
 def test_auto_dtype_follows_native_bf16(tmp_path, monkeypatch):

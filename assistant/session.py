@@ -118,12 +118,10 @@ class Session:
 
     def _use_engine(self, kind: str, progress: Callable[[str, float | None], None]) -> None:
         from assistant.runtime.costmodel import apply_plan, pick_engine
-        from assistant.runtime.threads import ThreadPolicy
 
-        if self.config.threads:   # verify costs are measured and cached per thread count: read them at the one used
-            ThreadPolicy(fixed=self.config.threads).apply()
         engine, plan = pick_engine(self.target, self.config.tree_width, progress, kind=kind,
-                                   max_len=self.config.max_context, feature_layers=self._feature_layers())
+                                   max_len=self.config.max_context, feature_layers=self._feature_layers(),
+                                   threads=self.config.threads)
         apply_plan(self.target, plan)
         self.engine = engine
         widths = plan_width(self.config.tree_width, verify=plan,

@@ -117,13 +117,11 @@ def run(args) -> int:
 
     say = lambda s, f=None: print(f"[bench] {s}", file=sys.stderr)  # noqa: E731
     layers = tuple(next((d.feature_layers for d in drafters.values()), (-1,)))
-    from assistant.runtime.threads import ThreadPolicy, calibrate as calibrate_threads
-
-    if args.threads:        # verify costs are measured and cached per thread count: read them at the one used
-        ThreadPolicy(fixed=args.threads).apply()
     # the engine is the one "auto" picks over the default widths, also for a fixed --tree-width
     engine, plan = pick_engine(target, DEFAULT_WIDTH, say, refresh=args.recalibrate, kind=args.engine,
-                               feature_layers=layers)
+                               feature_layers=layers, threads=args.threads)
+    from assistant.runtime.threads import ThreadPolicy, calibrate as calibrate_threads
+
     policy = ThreadPolicy(times={} if args.threads else calibrate_threads(target, engine, say), fixed=args.threads)
     threads = policy.apply()
     say(f"{threads} thread{'s' if threads > 1 else ''} ({'--threads' if args.threads else 'measured'}"

@@ -177,11 +177,16 @@ def runtime_width(target, cap: int = DEFAULT_WIDTH) -> int:
 
 
 def pick_engine(target, cap: int = DEFAULT_WIDTH, progress=None, refresh: bool = False, kind: str = "auto",
-                max_len: int | None = None, feature_layers=(-1,)):
+                max_len: int | None = None, feature_layers=(-1,), threads: int | None = None):
     """(engine, plan): `kind` "eager" or "compiled", or "auto" = the one with the most expected tokens
     per second on this device by the cached cost measurements of both (the compiled engine is built,
-    i.e. compiled, to measure it; a compiled engine that cannot be built is not a candidate)."""
+    i.e. compiled, to measure it; a compiled engine that cannot be built is not a candidate). A fixed
+    `threads` count is set first: the costs are measured and cached per thread count."""
     from assistant.runtime.engine import make_engine
+    from assistant.runtime.threads import ThreadPolicy
+
+    if threads:
+        ThreadPolicy(fixed=threads).apply()
 
     if kind not in ("auto", "eager", "compiled"):
         raise ValueError(f"unknown engine {kind!r}: choose auto, eager or compiled")

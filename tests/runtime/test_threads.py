@@ -128,14 +128,14 @@ def test_a_fixed_thread_count_is_set_before_the_verify_costs_are_read(monkeypatc
         seen.append(torch.get_num_threads())
         raise Stop
 
-    monkeypatch.setattr(costmodel, "pick_engine", spy)
+    monkeypatch.setattr(costmodel, "calibrate", spy)
     before = torch.get_num_threads()
     try:
         for fixed in (1, 2):
             s = Session(SessionConfig(max_new_tokens=4, threads=fixed))
             s.target = tiny_target
             with pytest.raises(Stop):
-                s._use_engine("auto", lambda *a: None)
+                s._use_engine("eager", lambda *a: None)
     finally:
         torch.set_num_threads(before)
     assert seen == [1, 2]

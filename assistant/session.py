@@ -130,10 +130,9 @@ class Session:
         self.width, self.width_ctl = widths.start, widths.controller()
 
     def _measure_threads(self, progress: Callable[[str, float | None], None]) -> None:
-        from assistant.runtime.threads import ThreadPolicy, calibrate
+        from assistant.runtime.threads import ThreadPolicy
 
-        times = {} if self.config.threads else calibrate(self.target, self.engine, progress)
-        self.thread_policy = ThreadPolicy(times=times, fixed=self.config.threads)
+        self.thread_policy = ThreadPolicy.for_engine(self.target, self.engine, self.config.threads, progress)
 
     def maybe_upgrade_engine(self, progress: Callable[[str, float | None], None] | None = None) -> bool:
         """Between answers: once the background build of the compiled engine has finished, load it and

@@ -120,9 +120,9 @@ def run(args) -> int:
     # the engine is the one "auto" picks over the default widths, also for a fixed --tree-width
     engine, plan = pick_engine(target, DEFAULT_WIDTH, say, refresh=args.recalibrate, kind=args.engine,
                                feature_layers=layers, threads=args.threads)
-    from assistant.runtime.threads import ThreadPolicy, calibrate as calibrate_threads
+    from assistant.runtime.threads import ThreadPolicy
 
-    policy = ThreadPolicy(times={} if args.threads else calibrate_threads(target, engine, say), fixed=args.threads)
+    policy = ThreadPolicy.for_engine(target, engine, args.threads, say)
     threads = policy.apply()
     say(f"{threads} thread{'s' if threads > 1 else ''} ({'--threads' if args.threads else 'measured'}"
         f"{'' if args.threads or policy.last_busy is None else f', other processes busy on {policy.last_busy:.1f} cores'})")

@@ -7,7 +7,8 @@ model. `busy_cores(window)` says how many cores OTHER processes keep busy right 
 (/proc/stat minus this process's own CPU time over `window` seconds; None where /proc is
 missing; since a `snapshot()` when one is given). `choose(times, cores, busy)` is pure: the fastest count measured on the idle
 machine, capped at the cores the others leave free (at least one). A `ThreadPolicy` holds the
-measurement and a fixed count (`--threads`, the profile's `threads`), which always wins;
+measurement and a fixed count (`--threads`, the profile's `threads`), which always wins
+(`ThreadPolicy.for_engine(target, engine, fixed)` builds it, measuring only when nothing is fixed);
 `policy.apply()` samples the load (~0.1 s), sets the calling thread's torch count and returns it.
 Call it in the thread that runs the forwards, at the start of each answer.
 
@@ -180,3 +181,9 @@ class ThreadPolicy:
             torch.set_num_threads(n)
         self.last = n
         return n
+
+    @classmethod
+    def for_engine(cls, target, engine, fixed: int | None = None, progress=None) -> "ThreadPolicy":
+        """The policy of a runtime's answers on `engine`: the `fixed` count, else this machine's idle
+        measurement (`calibrate`, cached; not taken when the count is fixed)."""
+        return cls(times={} if fixed else calibrate(target, engine, progress), fixed=fixed)

@@ -1,7 +1,8 @@
 """Compare adapter-cycle settings on one simulated user (BENCHMARKS.md, "Online adaptation").
 
 Each variant runs assistant.adapt.cycle.run_cycle with CycleConfig overrides on a fresh copy of PROFILE_DIR (its
-adapter state reset: no replay, no state, no published versions; the anchor and rehearsal slices kept),
+adapter state reset: no replay, no state, no version the adapter published; the head the user installed, if
+any, and the anchor and rehearsal slices kept: assistant.adapt.state.copy_reset),
 so every variant learns from the same answers. The target's features of those answers are computed
 once and cached in CACHE (they do not depend on the cycle settings; run_cycle's `features` takes the
 cached ones); a variant then takes 1-2 minutes.

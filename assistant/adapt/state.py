@@ -66,13 +66,29 @@ def cycle_lock(adir: Path) -> Iterator[None]:
 
 
 def copy_reset(src: str | Path, dst: str | Path) -> None:
-    """Copy a profile folder with its adapter state reset (no head versions, replay buffer, state, change
-    log, held-out set, lock or busy marker; the anchor and rehearsal slices are kept, they depend only
-    on the base head): the experiments in scripts/ replay one user's history from the start."""
+    """Copy a profile folder with its adapter state reset (no replay buffer, state, change log, held-out
+    set, lock or busy marker; the anchor and rehearsal slices are kept, they depend only on the base head):
+    the experiments in scripts/ replay one user's history from the start. Of the head versions only those
+    the adapter did not publish (a head the user installed: its meta has no "adapter_cycle") are kept, the
+    newest current, so the copy starts from the same base head as the user did."""
     import shutil
+
+    from assistant.profiles.heads import ARTIFACT, META, HeadStore
 
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", REPLAY_FILE, STATE_FILE, VOCAB_LOG,
                                                             HELD_OUT_FILE, LOCK_FILE, BUSY_FILE))
+    heads = Path(src) / "heads"
+    if not heads.is_dir():
+        return
+    old, new = HeadStore(heads), HeadStore(Path(dst) / "heads")
+    for version in old.versions():
+        meta = old.meta(version)
+        if "adapter_cycle" in meta or old.check(version) is not None:
+            continue
+        folder = old.path_of(version).parent
+        companions = {f.name: f for f in folder.iterdir() if f.is_file() and f.name not in (ARTIFACT, META)}
+        keep = {k: v for k, v in meta.items() if k not in ("version", "created", "size", "sha256", "source")}
+        new.publish(folder / ARTIFACT, keep, prune=False, companions=companions)
 
 
 def read_state(profile_path: str | Path) -> dict[str, Any]:

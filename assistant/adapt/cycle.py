@@ -28,9 +28,9 @@ import time
 from typing import Any, Callable
 
 from assistant.adapt.config import CycleConfig
-from assistant.adapt.state import (HELD_OUT_FILE, REPLAY_FILE, STAGE_FILE, VOCAB_LOG, AdapterBusy, AdapterError,
-                                   CycleCancelled, StageFile, adapter_dir, count, cycle_lock, load_held_out,
-                                   merge_held_out, read_state, save_held_out, write_state)
+from assistant.adapt.state import (CYCLE_KEY, HELD_OUT_FILE, REPLAY_FILE, STAGE_FILE, VOCAB_LOG, AdapterBusy,
+                                   AdapterError, CycleCancelled, StageFile, adapter_dir, count, cycle_lock,
+                                   load_held_out, merge_held_out, read_state, save_held_out, write_state)
 
 
 def run_cycle(profile, target=None, config: CycleConfig = CycleConfig(), pause: Callable[[], None] | None = None,
@@ -195,7 +195,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
         write_artifact(tmp, g.head, g.vocab, g.chain, meta, store_dtype="fp32", chain_p=g.chain_p)
         # the base head's held-back prompts go with it, so the next cycle's anchor check finds them
         slices = slices_path(base_path)
-        version = profile.heads.publish(tmp, {"adapter_cycle": cycle_no, "rows": len(g.vocab),
+        version = profile.heads.publish(tmp, {CYCLE_KEY: cycle_no, "rows": len(g.vocab),
                                               "capacity": g.vocab.capacity, "row_budget": budget,
                                               "tokens_per_pass": tpp},
                                         companions={slices_path(ARTIFACT).name: slices} if slices.exists() else None)

@@ -31,6 +31,7 @@ LOCK_FILE = ".lock"
 STAGE_FILE = "stage.json"
 BUSY_FILE = "generating"
 HELD_OUT_FILE = "heldout.safetensors"
+CYCLE_KEY = "adapter_cycle"      # in the meta of every head version a cycle publishes: its cycle number
 
 
 class AdapterError(RuntimeError):
@@ -69,26 +70,26 @@ def copy_reset(src: str | Path, dst: str | Path) -> None:
     """Copy a profile folder with its adapter state reset (no replay buffer, state, change log, held-out
     set, lock or busy marker; the anchor and rehearsal slices are kept, they depend only on the base head):
     the experiments in scripts/ replay one user's history from the start. Of the head versions only those
-    the adapter did not publish (a head the user installed: its meta has no "adapter_cycle") are kept, the
+    the adapter did not publish (a head the user installed: its meta has no CYCLE_KEY) are kept, the
     newest current, so the copy starts from the same base head as the user did."""
     import shutil
 
     from assistant.profiles.heads import ARTIFACT, META, HeadStore
+    from assistant.profiles.paths import HEADS_DIR
 
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("heads", REPLAY_FILE, STATE_FILE, VOCAB_LOG,
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(HEADS_DIR, REPLAY_FILE, STATE_FILE, VOCAB_LOG,
                                                             HELD_OUT_FILE, LOCK_FILE, BUSY_FILE))
-    heads = Path(src) / "heads"
+    heads = Path(src) / HEADS_DIR
     if not heads.is_dir():
         return
-    old, new = HeadStore(heads), HeadStore(Path(dst) / "heads")
+    old, new = HeadStore(heads), HeadStore(Path(dst) / HEADS_DIR)
     for version in old.versions():
         meta = old.meta(version)
-        if "adapter_cycle" in meta or old.check(version) is not None:
+        if CYCLE_KEY in meta or old.check(version) is not None:
             continue
         folder = old.path_of(version).parent
         companions = {f.name: f for f in folder.iterdir() if f.is_file() and f.name not in (ARTIFACT, META)}
-        keep = {k: v for k, v in meta.items() if k not in ("version", "created", "size", "sha256", "source")}
-        new.publish(folder / ARTIFACT, keep, prune=False, companions=companions)
+        new.publish(folder / ARTIFACT, meta, prune=False, companions=companions)   # its own keys rewritten
 
 
 def read_state(profile_path: str | Path) -> dict[str, Any]:
@@ -207,6 +208,6 @@ def merge_held_out(old_answers, old_feats, new_answers, new_feats, keep: int):
 
 
 __all__ = ["ADAPTER_DIR", "BUSY_FILE", "HELD_OUT_FILE", "LOCK_FILE", "REPLAY_FILE", "STAGE_FILE", "STATE_FILE",
-           "VOCAB_LOG", "AdapterBusy", "AdapterError", "CycleCancelled", "StageFile", "adapter_dir", "copy_reset",
-           "count", "cycle_lock", "load_held_out", "merge_held_out", "read_stage", "read_state", "save_held_out",
-           "write_state"]
+           "VOCAB_LOG", "AdapterBusy", "AdapterError", "CYCLE_KEY", "CycleCancelled", "StageFile", "adapter_dir",
+           "copy_reset", "count", "cycle_lock", "load_held_out", "merge_held_out", "read_stage", "read_state",
+           "save_held_out", "write_state"]

@@ -1,7 +1,7 @@
 """assistant.adapt.state: copying a profile with its adapter state reset (no torch)."""
 from __future__ import annotations
 
-from assistant.adapt.state import REPLAY_FILE, STATE_FILE, adapter_dir, copy_reset
+from assistant.adapt.state import CYCLE_KEY, REPLAY_FILE, STATE_FILE, adapter_dir, copy_reset
 from assistant.profiles.heads import HeadStore
 from tests.profiles.profile_helpers import make_artifact
 
@@ -15,7 +15,7 @@ def test_copy_reset_keeps_the_installed_base_head_and_drops_the_adapters(tmp_pat
     slices.write_text('{"prompt": "anchor"}\n')
     base = store.publish(make_artifact(tmp_path / "base.safetensors", seed=1), {"note": "installed"},
                          companions={"head.slices.jsonl": slices})
-    store.publish(make_artifact(tmp_path / "c1.safetensors", seed=2), {"adapter_cycle": 1})
+    store.publish(make_artifact(tmp_path / "c1.safetensors", seed=2), {CYCLE_KEY: 1})
     adapter_dir(src).mkdir()
     for name in (STATE_FILE, REPLAY_FILE):
         (adapter_dir(src) / name).write_text("x")
@@ -38,4 +38,4 @@ def test_copy_reset_of_a_profile_on_the_shipped_head_has_no_versions(tmp_path):
     src.mkdir()
     (src / "profile.toml").write_text("")
     copy_reset(src, tmp_path / "dst")
-    assert not (tmp_path / "dst" / "heads").exists() or HeadStore(tmp_path / "dst" / "heads").versions() == []
+    assert not (tmp_path / "dst" / "heads").exists()

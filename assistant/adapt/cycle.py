@@ -15,7 +15,10 @@ called between units of work so a worker can yield to the chat):
                `held_out_keep` of earlier ones, never trained on) and on the anchor (the base head's
                held-back original data); REJECTED when either drops by more than `config.margin`
                (assistant.adapt.judge)
-  7. publish   profile.heads.publish (immutable version + atomic CURRENT switch)
+  7. publish   profile.heads.publish (immutable version + atomic CURRENT switch); with `config.keep_base` the
+               frozen head the adaptation started from (the base's own base companion, else the base) goes
+               with it as <stem>.base.safetensors and drafts beside it (assistant.runtime.defaults.load_heads):
+               the judge measures that pair, the runtime runs it
   8. state     adapter/state.json written AFTER the publish: a kill before it re-runs the same answers
                next time (the replay buffer skips messages it already holds)
 One cycle at a time per profile (adapter/.lock; AdapterBusy when held). The base head is the profile's
@@ -51,9 +54,9 @@ def run_cycle(profile, target=None, config: CycleConfig = CycleConfig(), pause: 
 
 def _base(profile, target, config: CycleConfig, on_stage):
     """(target, base head path, its artifact, its name for metadata: the version, or the shipped file's
-    name; never a path of this machine): the target loaded when not given."""
-    from assistant.runtime.defaults import shipped_head
-    from assistant.runtime.head import load_artifact
+    name; never a path of this machine, its frozen base companion's artifact or None): the target loaded
+    when not given."""
+    from assistant.runtime.defaults import load_heads, shipped_head
 
     if target is None:
         from assistant.runtime.budget import resolve_dtype
@@ -70,11 +73,11 @@ def _base(profile, target, config: CycleConfig, on_stage):
     if base_path is None:
         raise AdapterError(f"{profile.path}: no head to adapt (no version in heads/ and no shipped head for "
                            f"{target.name}); train one with `assistant train`")
-    art = load_artifact(base_path)
-    if art.head.config.hidden_size != target.hidden_size:
-        raise AdapterError(f"{base_path}: head reads hidden size {art.head.config.hidden_size}, "
-                           f"target {target.name} has {target.hidden_size}")
-    return target, base_path, art, label
+    try:
+        art, frozen = load_heads(base_path, target.hidden_size, f"target {target.name}")
+    except ValueError as e:
+        raise AdapterError(str(e)) from e
+    return target, base_path, art, label, frozen
 
 
 def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, clock, features) -> dict[str, Any]:
@@ -89,6 +92,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     from assistant.runtime.budget import budget_limits
     from assistant.adapt.train import fine_tune, write_artifact
     from assistant.runtime.head import Artifact
+    from assistant.runtime.headconfig import base_companion
     t_start = time.time()
     state = read_state(profile.path)
     cycle_no = count(state, "cycles") + 1
@@ -99,7 +103,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     if not new:
         return {"status": "nothing", "cycle": None, "pending": 0, "last_msg_id": since}
     last_id = max(m for m, _, _ in new)
-    target, base_path, art, base_label = _base(profile, target, config, on_stage)
+    target, base_path, art, base_label, frozen = _base(profile, target, config, on_stage)
     layers, hidden = tuple(art.head.config.feature_layers), target.hidden_size
     pc = profile.config        # judged at the width the profile's answers run at (its memory budget's cap)
     cap, _ = budget_limits(pc.target, target.dtype, pc.memory_budget, pc.tree_width, device=target.device.type,
@@ -162,7 +166,10 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     user = (held_answers, held_feats) if held_answers else (ans_train, f_train)
     lookup = profile.config.history_lookup if config.history_lookup is None else config.history_lookup
     past = AnswerIndex.from_answers(a.answer_ids for a in ans_train) if lookup else None
-    before, after = measure(drafter(art, emb_module, past), drafter(new_art, emb_module, past), user,
+    # the frozen head that drafts beside the new one: the base's own companion, else the base itself
+    root, root_path = (frozen, base_companion(base_path)) if frozen is not None else (art, base_path)
+    before, after = measure(drafter(art, emb_module, past, base=frozen),
+                            drafter(new_art, emb_module, past, base=root if config.keep_base else None), user,
                             (anchor_answers, anchor_feats), widths, pause, on_stage)
     accepted, reasons = judge(before, after, config.margin, user_in_sample=in_sample)
     tpp = {"user_before": before["user"], "user_after": after["user"],
@@ -195,10 +202,13 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
         write_artifact(tmp, g.head, g.vocab, g.chain, meta, store_dtype="fp32", chain_p=g.chain_p)
         # the base head's held-back prompts go with it, so the next cycle's anchor check finds them
         slices = slices_path(base_path)
+        companions = {slices_path(ARTIFACT).name: slices} if slices.exists() else {}
+        if config.keep_base:
+            companions[base_companion(ARTIFACT).name] = root_path
         version = profile.heads.publish(tmp, {CYCLE_KEY: cycle_no, "rows": len(g.vocab),
                                               "capacity": g.vocab.capacity, "row_budget": budget,
-                                              "tokens_per_pass": tpp},
-                                        companions={slices_path(ARTIFACT).name: slices} if slices.exists() else None)
+                                              "tokens_per_pass": tpp, "base_beside": config.keep_base},
+                                        companions=companions or None)
         tmp.unlink(missing_ok=True)
         on_stage("published")
     report["version"] = version

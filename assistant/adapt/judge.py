@@ -10,7 +10,8 @@ Contract:
   (not judged when they were trained on: `user_in_sample`).
 - `judged_widths(target, cap)` is the runtime's width plan on this device (the cost model's measured
   verify costs), replayed by a fresh WidthController per measured set, and `drafter(art, emb_module,
-  history)` the drafter the runtime builds for an artifact with the lookup in the user's past answers:
+  history, base)` the drafter the runtime builds for an artifact (and the frozen base head beside it)
+  with the lookup in the user's past answers:
   a cycle judges what the user will see live, not a fixed wide tree.
 """
 from __future__ import annotations
@@ -18,10 +19,10 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 
-def drafter(art, emb_module, history=None):
+def drafter(art, emb_module, history=None, base=None):
     from assistant.runtime.drafters import artifact_drafter
 
-    return artifact_drafter(art, emb_module, history=history)
+    return artifact_drafter(art, emb_module, history=history, base=base)
 
 
 def judged_widths(target, cap: int, fixed: int | None = None):

@@ -77,6 +77,7 @@ def _shipped_head(target: str) -> Path | None:
 
 def status(profile) -> dict[str, Any]:
     from assistant.adapt.state import HELD_OUT_FILE, AdapterError, adapter_dir, read_stage, read_state
+    from assistant.runtime.headconfig import base_companion
 
     out: dict[str, Any] = {"profile": profile.name, "adapter_dir": str(adapter_dir(profile.path))}
     try:
@@ -111,6 +112,8 @@ def status(profile) -> dict[str, Any]:
     last = st.get("last_cycle") or {}
     out.update({
         "version": version, "versions": heads.versions(), "rows": rows, "capacity": capacity,
+        # the frozen head the current one was adapted from, drafting beside it
+        "base_beside": current is not None and base_companion(current).is_file(),
         "row_budget": cfg.row_budget, "enabled": cfg.adapter_enabled,
         "schedule": {"min_new_answers": cfg.adapter_min_new_answers, "interval_s": cfg.adapter_interval_s},
         "cycles": st.get("cycles", 0), "published": st.get("published", 0), "rejected": st.get("rejected", 0),

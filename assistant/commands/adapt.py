@@ -41,7 +41,8 @@ def _fmt_status(s: dict[str, Any]) -> str:
     tpp = s.get("tokens_per_pass") or {}
     lines = [
         f"profile        {s['profile']}",
-        f"head version   {s['version'] or 'none (shipped default)'}",
+        f"head version   {s['version'] or 'none (shipped default)'}"
+        + (" (drafting beside the base head it was adapted from)" if s.get("base_beside") else ""),
         f"rows           {s['rows'] if s['rows'] is not None else '?'} / {s['row_budget']} budget"
         + (f" ({s['capacity']} slots)" if s.get("capacity") else ""),
         f"grown/evicted  {s['grown']} / {s['evicted']}  over {s['cycles']} cycles "

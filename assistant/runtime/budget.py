@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from assistant.runtime.headconfig import HeadConfig
+from assistant.runtime.headconfig import HeadConfig, artifact_bytes
 from assistant.runtime.shapes import DTYPE_BYTES, BudgetError, ModelShape, load_shape
 from assistant.runtime.sizes import ANSWER_INDEX_BYTES_PER_TOKEN, format_size, parse_size
 from assistant.runtime.width import DEFAULT_WIDTH, fit_width
@@ -260,10 +260,11 @@ def plan_session(target: str, dtype: str, memory: str | int, tree_width: int = D
     """The plan a Session must obey before loading `target` (raises BudgetError when it does not fit).
 
     `target` is "default", "Qwen/Qwen3-4B" or a local checkpoint directory (other model ids are
-    not resolved: BudgetError). With `head_path` the head's file size replaces the `head_rows` estimate.
+    not resolved: BudgetError). With `head_path` the head's file size (and its base companion's: both draft)
+    replaces the `head_rows` estimate.
     `history_tokens`: the most tokens the lookup in past answers may index (0: none).
     """
-    head_bytes = Path(head_path).stat().st_size if head_path and Path(head_path).is_file() else None
+    head_bytes = artifact_bytes(head_path) if head_path and Path(head_path).is_file() else None
     p = plan(target, memory, dtype=dtype, device=device, tree_width=tree_width, head_rows=head_rows,
              head_bytes=head_bytes, max_context=max_context, min_context=min_context,
              history_bytes=ANSWER_INDEX_BYTES_PER_TOKEN * history_tokens)

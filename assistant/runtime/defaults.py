@@ -6,8 +6,8 @@ loads that head artifact; with None it loads the head shipped for the target
 is combined with in-context prompt lookup (unless `lookup` is False) in one tree, ranked on one scale
 (assistant.runtime.drafters.artifact_drafter),
 and `history` (an assistant.runtime.history_lookup.AnswerIndex of the user's past answers) adds the
-lookup in them;
-without a head, prompt lookup drafts alone. A head whose hidden size
+lookup in them; an adapted head with its frozen base head beside it (assistant.runtime.headconfig.base_companion)
+drafts with both (`load_heads`). Without a head, prompt lookup drafts alone. A head whose hidden size
 does not match the target raises ValueError naming the file.
 """
 from __future__ import annotations
@@ -23,10 +23,27 @@ def shipped_head(target_name: str) -> Path | None:
     return p if p.exists() else None
 
 
+def load_heads(path: str | Path, hidden_size: int, target_name: str = "the target"):
+    """(the artifact at `path`, its base companion's artifact or None); ValueError naming the file when one
+    does not read `hidden_size` features."""
+    from assistant.runtime.head import load_artifact
+    from assistant.runtime.headconfig import base_companion
+
+    def load(p: Path):
+        art = load_artifact(p)
+        if art.head.config.hidden_size != hidden_size:
+            raise ValueError(f"{p}: head reads hidden size {art.head.config.hidden_size}, "
+                             f"{target_name} has {hidden_size}")
+        return art
+
+    base = base_companion(path)
+    return load(Path(path)), load(base) if base.is_file() else None
+
+
 def build_drafter(target, path: str | Path | None = None, top_k: int | None = None,
                   history: Any = None, lookup: bool = True) -> tuple[Any, dict[str, Any]]:
     from assistant.runtime.drafters import PromptLookupDrafter, UnionDrafter, artifact_drafter
-    from assistant.runtime.head import load_artifact
+    from assistant.runtime.headconfig import base_companion
 
     path = Path(path) if path else shipped_head(target.name)
     if path is None:
@@ -34,13 +51,15 @@ def build_drafter(target, path: str | Path | None = None, top_k: int | None = No
 
         return UnionDrafter(HistoryDrafter(history) if history is not None else None, PromptLookupDrafter()), \
             {"head": None, "drafter": ("history+" if history is not None else "") + "prompt-lookup"}
-    art = load_artifact(path)
-    if art.head.config.hidden_size != target.hidden_size:
-        raise ValueError(f"{path}: head reads hidden size {art.head.config.hidden_size}, "
-                         f"target {target.name} has {target.hidden_size}")
+    art, base = load_heads(path, target.hidden_size, f"target {target.name}")
     head = art.head.to(target.device)
+    if base is not None:
+        base.head.to(target.device)
     kw = {"top_k": top_k} if top_k is not None else {}   # else the artifact's measured setting, else 6
-    info = {"head": str(path), "drafter": ("history+" if history is not None else "") + "phrase"
-            + ("+prompt-lookup" if lookup else ""),
+    info = {"head": str(path), "drafter": ("history+" if history is not None else "")
+            + ("base+" if base is not None else "") + "phrase" + ("+prompt-lookup" if lookup else ""),
             **head.describe(target.num_parameters), "meta": art.meta}
-    return artifact_drafter(art, target.model.get_input_embeddings(), history=history, lookup=lookup, **kw), info
+    if base is not None:
+        info["base_head"] = str(base_companion(path))
+    return artifact_drafter(art, target.model.get_input_embeddings(), history=history, lookup=lookup, base=base,
+                            **kw), info

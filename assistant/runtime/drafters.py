@@ -14,9 +14,10 @@ decode loop never trusts a proposal: correctness does not depend on the drafter.
 - UnionDrafter: every source's candidates on one scale, the best nodes of all in one tree
   (assistant.runtime.ranking), calibrated online by what the target accepts.
 - HistoryDrafter (assistant.runtime.history_lookup): lookup in the user's past answers.
-- `artifact_drafter(art, embeddings, **phrase)`: THE drafter the runtime builds from a head
-  artifact (its phrase drafter with prompt lookup, in one tree); whatever judges a head
-  (the adapter, tuning scripts) builds it here so it judges what will run.
+- `artifact_drafter(art, embeddings, base=, **phrase)`: THE drafter the runtime builds from a head
+  artifact (its phrase drafter with prompt lookup, in one tree; with `base`, the frozen head an
+  adapted one came from drafts beside it); whatever judges a head (the adapter, tuning scripts)
+  builds it here so it judges what will run.
 - OracleDrafter / AdversarialDrafter: test drafters that know the reference answer.
 """
 from __future__ import annotations
@@ -95,12 +96,10 @@ class PromptLookupDrafter(_Base):
 class PhraseDrafter(_Base):
     """Top-k phrases from the head, the best ones extended by a phrase-chain table."""
 
-    name = "phrase"
-
     def __init__(self, head: PhraseHead, vocab: DraftVocab, embeddings: torch.nn.Module,
                  top_k: int = 6, chain: torch.Tensor | None = None, chain_depth: int = 2, chain_width: int = 2,
-                 chain_p: torch.Tensor | None = None, max_nodes: int | None = None):
-        self.head, self.vocab, self.embeddings = head, vocab, embeddings
+                 chain_p: torch.Tensor | None = None, max_nodes: int | None = None, name: str = "phrase"):
+        self.head, self.vocab, self.embeddings, self.name = head, vocab, embeddings, name
         self.feature_layers = head.config.feature_layers
         self.top_k = top_k
         self.chain = chain            # Long [capacity, S]: row -> most frequent next rows (-1 = none)
@@ -316,13 +315,18 @@ class UnionDrafter(_Base):
 
 
 def artifact_drafter(art: Artifact, embeddings: torch.nn.Module, history=None, lookup: bool = True,
-                     **phrase) -> UnionDrafter:
+                     base: Artifact | None = None, **phrase) -> UnionDrafter:
     """The drafter the runtime runs for a head artifact: PhraseDrafter.from_artifact (the artifact's stored
     tree shape, unless `phrase` settings such as top_k override it) with the in-context lookup (unless
-    `lookup` is False) and, with `history` (an AnswerIndex of the user's past answers), the lookup in
-    them: all ranked on one scale in one tree (UnionDrafter)."""
+    `lookup` is False), with `history` (an AnswerIndex of the user's past answers) the lookup in them,
+    and with `base` (the frozen head an adapted `art` was fine-tuned from) that head as a source of its
+    own, "base": all ranked on one scale in one tree (UnionDrafter). The calibration gives the nodes of
+    whichever head is right more often in this answer more of the tree, so a head adapted to one user's
+    text does not cost the text the base head was trained on (BENCHMARKS.md, "Online adaptation")."""
     from assistant.runtime.history_lookup import HistoryDrafter
 
     return UnionDrafter(HistoryDrafter(history) if history is not None else None,
+                        PhraseDrafter.from_artifact(base, embeddings, name="base", **phrase) if base is not None
+                        else None,
                         PhraseDrafter.from_artifact(art, embeddings, **phrase),
                         PromptLookupDrafter() if lookup else None)

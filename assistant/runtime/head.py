@@ -7,7 +7,9 @@ draft vocabulary ([B, rows]): which phrase follows the pending token. The output
 layer is one row of `width + 1` parameters per entry, so the row count is the
 parameter budget, and `resize` grows or shrinks it at run time. `save_artifact`/
 `load_artifact` keep a head and its vocabulary in ONE safetensors file with JSON
-metadata (config, target, training provenance); nothing is pickled.
+metadata (config, target, training provenance); nothing is pickled. An adapted head (the online
+adapter's) may have the frozen head it was adapted from beside it (assistant.runtime.headconfig.base_companion,
+<stem>.base.safetensors): the runtime drafts with both (assistant.runtime.defaults.load_heads).
 """
 from __future__ import annotations
 

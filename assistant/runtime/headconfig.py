@@ -6,11 +6,14 @@ inner -> width, then one output row of `width + 1` parameters per draft-vocabula
 `parameter_count(rows)` counts its parameters for `rows` rows exactly as the module holds them;
 `memory_bytes(rows)` is what the memory budget (assistant.runtime.budget) charges for a head
 that is not on disk yet: fp32 parameters plus its vocabulary tables. Pure arithmetic, no torch,
-so the budget planner can size a head without loading anything.
+so the budget planner can size a head without loading anything. `base_companion(path)` is where an
+adapted head's frozen base head lives (<stem>.base.safetensors, drafting beside it) and
+`artifact_bytes(path)` the bytes of both on disk.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 TABLE_BYTES_PER_ROW = 128       # vocabulary token ids, statistics and the chain table per row
 
@@ -39,3 +42,18 @@ class HeadConfig:
     def memory_bytes(self, rows: int) -> int:
         """Bytes of a head with `rows` rows in memory: fp32 parameters and the vocabulary tables."""
         return 4 * self.parameter_count(rows) + TABLE_BYTES_PER_ROW * rows if rows > 0 else 0
+
+
+BASE_SUFFIX = ".base.safetensors"
+
+
+def base_companion(path: str | Path) -> Path:
+    """Where the frozen base head of the artifact at `path` lives, if it has one: <stem>.base.safetensors."""
+    path = Path(path)
+    return path.with_name(path.stem + BASE_SUFFIX)
+
+
+def artifact_bytes(path: str | Path) -> int:
+    """Bytes of the artifact at `path` and of its base companion (what loading it for drafting reads)."""
+    path, base = Path(path), base_companion(path)
+    return path.stat().st_size + (base.stat().st_size if base.is_file() else 0)

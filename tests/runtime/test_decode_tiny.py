@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from assistant.runtime.decode import DecodeConfig, greedy_generate, run_to_end, speculative_generate
-from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter, UnionDrafter
-from assistant.runtime.head import HeadConfig, PhraseHead
+from assistant.runtime.drafters import (AdversarialDrafter, OracleDrafter, PhraseDrafter, PromptLookupDrafter,
+                                        UnionDrafter, artifact_drafter)
+from assistant.runtime.head import Artifact, HeadConfig, PhraseHead
 from assistant.runtime.history_lookup import AnswerIndex, HistoryDrafter
 from assistant.runtime.vocab import DraftVocab
 
@@ -33,8 +34,13 @@ def random_phrase_drafter(target, rows=64, seed=0):
     return PhraseDrafter(head, vocab, target.model.get_input_embeddings(), top_k=4)
 
 
+def random_artifact(target, seed):
+    d = random_phrase_drafter(target, seed=seed)
+    return Artifact(head=d.head, vocab=d.vocab, meta={}, extra={})
+
+
 @pytest.mark.parametrize("kind", ["none", "oracle", "adversarial", "phrase", "lookup", "union", "history",
-                                  "history-wrong", "all"])
+                                  "history-wrong", "all", "adapted+base"])
 def test_matches_generate(tiny_target, kind):
     n = 40
     for ids in prompts():
@@ -51,6 +57,10 @@ def test_matches_generate(tiny_target, kind):
             "history-wrong": HistoryDrafter(AnswerIndex.from_answers([ids + [(t + 1) % 256 for t in ref]]), min_match=1),
             "all": UnionDrafter(HistoryDrafter(AnswerIndex.from_answers([ref[5:], ids])),
                                 random_phrase_drafter(tiny_target), PromptLookupDrafter()),
+            # an adapted head with the frozen head it came from drafting beside it (what a cycle publishes)
+            "adapted+base": artifact_drafter(random_artifact(tiny_target, 1), tiny_target.model.get_input_embeddings(),
+                                             history=AnswerIndex.from_answers([ref[7:], ids]),
+                                             base=random_artifact(tiny_target, 2)),
         }[kind]
         out, stats = run_to_end(speculative_generate(tiny_target, ids, drafter,
                                                      DecodeConfig(max_new_tokens=n, ignore_eos=True)))
@@ -60,6 +70,8 @@ def test_matches_generate(tiny_target, kind):
             assert stats.tokens_per_pass > 3.0      # the tree path is really used
         if kind == "adversarial":
             assert stats.tokens_per_pass == pytest.approx(1.0)
+        if kind == "adapted+base":
+            assert [getattr(d, "name", None) for d in drafter.drafters] == ["history", "base", "phrase", "prompt"]
 
 
 def test_greedy_reference_matches_generate(tiny_target):

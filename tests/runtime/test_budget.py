@@ -110,6 +110,10 @@ def test_plan_session_uses_head_file(tmp_path):
     head.write_bytes(b"x" * 12345)
     p = plan_session("default", "bf16", "2GiB", device="cpu", head_path=head)
     assert p.terms["head"] == 12345
+    # an adapted head drafts with the frozen base head beside it: both are charged
+    (tmp_path / "h.base.safetensors").write_bytes(b"x" * 1000)
+    assert plan_session("default", "bf16", "2GiB", device="cpu", head_path=head).terms["head"] == 13345
+    (tmp_path / "h.base.safetensors").unlink()
     with_history = plan_session("default", "bf16", "2GiB", device="cpu", head_path=head, history_tokens=1_000_000)
     assert with_history.terms["history"] == 16_000_000                 # the lookup in past answers, host memory
     assert with_history.total == p.total + 16_000_000 or with_history.max_context < p.max_context

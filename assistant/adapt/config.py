@@ -28,7 +28,7 @@ class CycleConfig:
     old_rows_scale: float = 1.0       # how far rows that existed before this cycle may move (0: frozen)
     keep_base: bool = True            # the frozen head adaptation started from drafts beside the adapted one:
                                       # arena user on a no-arena head, judged: replacing it user +5.3% / anchor
-                                      # -8.1% (rejected), beside it +7.3% / +1.6% (BENCHMARKS.md A17)
+                                      # -8.1% (rejected), beside it +5.6% / -0.3% (published; BENCHMARKS.md A17)
     eval_every: int = 5               # every 5th new answer is held out for the tokens-per-pass check
     held_out_keep: int = 60           # held-out answers kept across cycles (the newest): a cycle of 12
                                       # answers holds out 2, too few to judge on (20-cycle run, BENCHMARKS.md)

@@ -207,7 +207,7 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
             companions[base_companion(ARTIFACT).name] = root_path
         version = profile.heads.publish(tmp, {CYCLE_KEY: cycle_no, "rows": len(g.vocab),
                                               "capacity": g.vocab.capacity, "row_budget": budget,
-                                              "tokens_per_pass": tpp, "base_beside": config.keep_base},
+                                              "tokens_per_pass": tpp},
                                         companions=companions or None)
         tmp.unlink(missing_ok=True)
         on_stage("published")

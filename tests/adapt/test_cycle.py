@@ -145,6 +145,7 @@ def test_cycle_grows_finetunes_and_publishes(adapt_profile, tiny_llama):
 def test_the_frozen_base_head_drafts_beside_the_adapted_one(adapt_profile, tiny_llama, base_artifact):
     """A published head carries the head adaptation started from (v000001 here) as its base companion, and
     the runtime drafts with both; a later cycle keeps that first head beside, not the previous adapted one."""
+    from assistant.adapt.status import status
     from assistant.runtime.defaults import build_drafter
     from assistant.runtime.headconfig import artifact_bytes, base_companion
 
@@ -156,7 +157,7 @@ def test_the_frozen_base_head_drafts_beside_the_adapted_one(adapt_profile, tiny_
         assert rep["status"] == "published", rep
         cur = p.heads.current()
         assert base_companion(cur).read_bytes() == first.read_bytes()
-        assert p.heads.meta(rep["version"])["base_beside"] is True
+        assert status(p)["base_beside"] is True          # read off the companion file, the one record of it
     drafter, info = build_drafter(tiny_llama, cur)
     assert info["base_head"] == str(base_companion(cur)) and info["drafter"].startswith("base+phrase")
     assert [getattr(d, "name", None) for d in drafter.drafters] == ["base", "phrase", "prompt"]
@@ -166,6 +167,7 @@ def test_the_frozen_base_head_drafts_beside_the_adapted_one(adapt_profile, tiny_
 
 
 def test_keep_base_off_publishes_the_adapted_head_alone(adapt_profile, tiny_llama):
+    from assistant.adapt.status import status
     from assistant.runtime.defaults import build_drafter
     from assistant.runtime.headconfig import base_companion
 
@@ -174,6 +176,7 @@ def test_keep_base_off_publishes_the_adapted_head_alone(adapt_profile, tiny_llam
     rep = run_cycle(p, target=tiny_llama, config=CycleConfig(**{**FAST.__dict__, "keep_base": False}))
     assert rep["status"] == "published"
     assert not base_companion(p.heads.current()).exists()
+    assert status(p)["base_beside"] is False
     assert "base_head" not in build_drafter(tiny_llama, p.heads.current())[1]
 
 

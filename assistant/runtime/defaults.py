@@ -25,7 +25,8 @@ def shipped_head(target_name: str) -> Path | None:
 
 def load_heads(path: str | Path, hidden_size: int, target_name: str = "the target"):
     """(the artifact at `path`, its base companion's artifact or None); ValueError naming the file when one
-    does not read `hidden_size` features."""
+    does not read `hidden_size` features. A damaged companion is reported (one line) and left out: the
+    adapted head drafts alone, the answers are the same."""
     from assistant.runtime.head import load_artifact
     from assistant.runtime.headconfig import base_companion
 
@@ -36,8 +37,16 @@ def load_heads(path: str | Path, hidden_size: int, target_name: str = "the targe
                              f"{target_name} has {hidden_size}")
         return art
 
-    base = base_companion(path)
-    return load(Path(path)), load(base) if base.is_file() else None
+    art, base = load(Path(path)), base_companion(path)
+    if not base.is_file():
+        return art, None
+    try:
+        return art, load(base)
+    except ValueError as e:
+        import logging
+
+        logging.getLogger("assistant.runtime.defaults").warning("%s; drafting without it", e)
+        return art, None
 
 
 def build_drafter(target, path: str | Path | None = None, top_k: int | None = None,

@@ -164,6 +164,11 @@ def test_the_frozen_base_head_drafts_beside_the_adapted_one(adapt_profile, tiny_
     assert artifact_bytes(cur) == cur.stat().st_size + first.stat().st_size
     # the judge measured that pair after the first cycle: its "before" of the second is the pair too
     assert rep["tokens_per_pass"]["user_before"] is not None
+    # a damaged companion is reported and left out: the adapted head drafts alone
+    base_companion(cur).chmod(0o600)
+    base_companion(cur).write_bytes(b"junk")
+    drafter, info = build_drafter(tiny_llama, cur)
+    assert "base_head" not in info and [d.name for d in drafter.drafters] == ["phrase", "prompt"]
 
 
 def test_keep_base_off_publishes_the_adapted_head_alone(adapt_profile, tiny_llama):

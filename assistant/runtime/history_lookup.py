@@ -158,7 +158,7 @@ class AnswerIndex:
         for n in range(max(min_match, min(NGRAM, len(context))), min_match - 1, -1):
             g = min(n, NGRAM)
             starts = self._starts(context[-g:]) - (n - g)
-            for m, c in continuations(self._arr, context, length, matches, n, starts):
+            for m, c in continuations(self._arr, context, length, matches, n, starts, agree=True):
                 found.setdefault(tuple(c), m)
             if len(found) >= matches:
                 break

@@ -3,8 +3,10 @@
 Contract: `continuations(arr, context, length, matches, min_match)` finds the places where the
 context's last `min_match` tokens occur in `arr` (int32, -1 separates documents and never matches),
 measures each match backwards (up to `MAX_MATCH` tokens), and returns up to `matches` distinct
-`(match_length, continuation)` pairs of at most `length` tokens each: longest match first, the
-newest place (highest index) first among equals. A place whose continuation would start past the end
+`(match_length, continuation)` pairs of at most `length` tokens each: longest match first; among
+equal matches, the newest place (highest index) first, or with `agree` the continuation that more
+of the places with a match at least as long agree on (over its first `AGREE_DEPTH` tokens: the
+frequency of SuffixDecoding's suffix tree), then the newest. A place whose continuation would start past the end
 of `arr` is no match, so the context itself can be `arr` (prompt lookup) without finding its own tail.
 
 `match_starts(arr, tail)` is the vectorised scan; an index that knows the places passes them as
@@ -23,6 +25,7 @@ import numpy as np
 SEP = -1
 MAX_MATCH = 16
 NEWEST = 64        # places measured at most (the newest)
+AGREE_DEPTH = 4    # tokens of a continuation over which the places' agreement is counted
 
 
 def match_starts(arr: np.ndarray, tail: Sequence[int], lo: int = 0) -> np.ndarray:
@@ -38,9 +41,11 @@ def match_starts(arr: np.ndarray, tail: Sequence[int], lo: int = 0) -> np.ndarra
 
 
 def continuations(arr: np.ndarray, context: Sequence[int], length: int, matches: int,
-                  min_match: int, starts: np.ndarray | None = None) -> list[tuple[int, list[int]]]:
+                  min_match: int, starts: np.ndarray | None = None, agree: bool = False
+                  ) -> list[tuple[int, list[int]]]:
     """See the module contract. `starts`: the match places of the context's last `min_match` tokens when
-    an index already knows them (any order, checked here), instead of scanning `arr`."""
+    an index already knows them (any order, checked here), instead of scanning `arr`. `agree`: among
+    equal matches, the continuation most places agree on first (else the newest)."""
     n = min_match
     if n < 1 or len(context) < n or arr.size <= n or length < 1 or matches < 1:
         return []
@@ -67,22 +72,23 @@ def continuations(arr: np.ndarray, context: Sequence[int], length: int, matches:
             break
         m += ok
         alive = ok
-    order = np.argsort(-m, kind="stable")            # stable: newest first among equal matches
-    out: list[tuple[int, list[int]]] = []
-    seen: set[tuple[int, ...]] = set()
-    for i in order:
-        s = int(starts[i])
+    conts: list[tuple[int, ...]] = []
+    for s in starts.tolist():
         cont = arr[s + n: s + n + length]
         stop = np.flatnonzero(cont == SEP)
-        if stop.size:
-            cont = cont[: stop[0]]
-        key = tuple(int(t) for t in cont)
-        if key and key not in seen:
-            seen.add(key)
-            out.append((int(m[i]), list(key)))
-            if len(out) >= matches:
-                break
-    return out
-
+        conts.append(tuple(cont[: stop[0]].tolist() if stop.size else cont.tolist()))
+    best: dict[tuple[int, ...], tuple] = {}
+    votes: dict[tuple[int, ...], int] = {}
+    for level in sorted(set(m.tolist()), reverse=True):
+        here = [i for i in range(len(conts)) if m[i] == level]          # newest first
+        for i in here if agree else ():       # how many places with a match this long or longer agree
+            for d in range(1, min(len(conts[i]), AGREE_DEPTH) + 1):
+                votes[conts[i][:d]] = votes.get(conts[i][:d], 0) + 1
+        for i in here:
+            c = conts[i]
+            if c and c not in best:
+                best[c] = (-level, *(-votes[c[:d]] for d in range(1, min(len(c), AGREE_DEPTH) + 1) if agree), i)
+    ranked = sorted(best, key=best.get)[:matches]
+    return [(-best[c][0], list(c)) for c in ranked]
 
 __all__ = ["MAX_MATCH", "SEP", "continuations", "match_starts"]

@@ -83,6 +83,16 @@ def test_lookup_longest_match_first_and_never_its_own_tail():
     assert found == [(3, [9, 7]), (1, [8, 5])]
 
 
+def test_lookup_prefers_the_continuation_most_places_agree_on_among_equal_matches():
+    # "7" is followed by 3 twice and by 9 once (the newest): the usual continuation comes first,
+    # a longer match still beats both
+    arr = np.asarray([7, 3, 0, 7, 3, 1, 7, 9, 2, 5, 7, 4, 6, 5, 7], dtype=np.int32)
+    assert continuations(arr, arr.tolist(), 1, 3, 1, agree=True) == [(2, [4]), (1, [3]), (1, [9])]
+    assert continuations(arr[:9], [5, 7], 2, 3, 1, agree=True) == [(1, [3, 1]), (1, [3, 0]), (1, [9, 2])]
+    # without `agree` (the in-context lookup), the newest place first among equals
+    assert continuations(arr, arr.tolist(), 1, 3, 1) == [(2, [4]), (1, [9]), (1, [3])]
+
+
 def test_prompt_lookup_copies_as_deep_as_the_tree_allows():
     text = list(range(100, 130))
     ids = text + [1, 2] + text[:3]

@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
     p.add_argument("--profile", default=None, help="profile name")
     p.add_argument("--history", action="store_true",
-                   help="phrase also drafts from the profile's past answers (assistant.runtime.history_lookup)")
+                   help="phrase also drafts from the profile's past answers (assistant.runtime.history_lookup), "
+                        "each answer of the run joining them once it ends, as in a chat session")
     p.add_argument("--ignore-eos", action="store_true", help="decode past EOS up to --max-new-tokens")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the full report here")
     p.set_defaults(func=run)
@@ -69,10 +70,10 @@ def history_index(args, target):
 
     prof = Profile.open(args.profile, create=False)
     try:
-        texts = prof.history.answer_texts()
+        texts, limit = prof.history.answer_texts(), prof.config.history_tokens
     finally:
         prof.close()
-    return AnswerIndex.from_answers(target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts)
+    return AnswerIndex.from_answers((target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts), limit)
 
 
 def run(args) -> int:
@@ -101,9 +102,10 @@ def run(args) -> int:
     from assistant.runtime.budget import resolve_dtype
 
     target = load_target(target_spec, resolve_dtype(args.dtype))
-    drafters, info = {}, {}
+    drafters, info, history = {}, {}, None
     if "phrase" in methods:
-        drafters["phrase"], info = build_drafter(target, head, history=history_index(args, target))
+        history = history_index(args, target)
+        drafters["phrase"], info = build_drafter(target, head, history=history)
     if "head" in methods:
         # a second load on purpose: each drafter keeps its own row statistics (PhraseDrafter.observe)
         drafters["head"], info_head = build_drafter(target, head, lookup=False)
@@ -148,7 +150,8 @@ def run(args) -> int:
         f"weights for greedy and phrase (hf and pld run transformers' generate() on the weights as loaded)")
     cfg = BenchConfig(max_new_tokens=args.max_new_tokens, methods=methods, tree_width=width,
                       ignore_eos=args.ignore_eos, layout=layout, width_costs=width_costs, engine=engine.name)
-    report = run_bench(target, prompts, cfg, drafters, progress=say, engine=engine, llamacpp=llamacpp)
+    report = run_bench(target, prompts, cfg, drafters, progress=say, engine=engine, llamacpp=llamacpp,
+                       history=history)
     report["dataset"] = args.dataset
     report["threads"] = threads
     report["head"] = info

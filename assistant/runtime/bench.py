@@ -9,7 +9,9 @@ forward_passes, seconds, tokens}`. `drafters` maps each of our speculative metho
 phrase = the default drafter, head = the phrase head alone, lookup = the in-context lookup alone) to
 its drafter; each keeps one width controller for the run, as a chat session does, and a drafter
 that counts `banked` tokens per source (assistant.runtime.drafters.UnionDrafter) reports
-`banked_by_source`. Forward passes of generate() are counted by a
+`banked_by_source`. `history` (the AnswerIndex of the user's past answers that the phrase drafter looks
+up) takes each answer once it ends, as a chat session's index does (assistant.session), so a run
+over a user's next questions banks from the earlier of them as that user would. Forward passes of generate() are counted by a
 hook on the target model; our loops count their own passes (a compiled forward runs
 no module hooks), the prefill as one pass either way. When hf runs, each other method's
 first divergence from it is recorded with the reference's top-1 minus top-2
@@ -120,7 +122,8 @@ def first_divergence(ref: Sequence[int], out: Sequence[int]) -> int | None:
 
 
 def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str, Any] | None = None,
-              progress: Callable[[str], None] | None = None, engine=None, llamacpp=None) -> dict[str, Any]:
+              progress: Callable[[str], None] | None = None, engine=None, llamacpp=None,
+              history=None) -> dict[str, Any]:
     """Benchmark `cfg.methods` on `prompts` ([{id, prompt}]); see the module docstring. greedy and
     the drafted methods run on `engine` (assistant.runtime.engine; None: eager); the llamacpp methods on `llamacpp`
     (assistant.runtime.llamacpp.Build; methods without a build are dropped by the caller)."""
@@ -170,6 +173,9 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str,
                 if progress:
                     progress(f"prompt {pi + 1}/{len(prompts)} {m}: {len(toks)} tokens, "
                              f"{len(toks) / max(passes, 1):.2f}/pass, {len(toks) / dt:.1f} tok/s")
+            answer = next((r["tokens"] for r in rows[-len(cfg.methods):] if r["method"] == "phrase"), None)
+            if history is not None and answer:
+                history.add(answer)
             if ref is not None:
                 for r in rows[-len(cfg.methods):]:
                     if r["method"] == "hf":

@@ -27,3 +27,21 @@ def test_table_names_the_source_of_the_drafted_tokens():
     out = format_table(_report({"phrase": {"tokens_per_pass": 2.0, "tokens_per_second": 10.0,
                                            "banked_by_source": {"phrase": 30, "prompt": 10}}}))
     assert "drafted tokens of phrase by source: phrase 30 (75%), prompt 10 (25%)" in out
+
+
+def test_a_history_run_adds_each_answer_to_the_index_as_a_session_does(tiny_target):
+    from assistant.runtime.bench import BenchConfig, run_bench
+    from assistant.runtime.drafters import UnionDrafter
+    from assistant.runtime.history_lookup import AnswerIndex, HistoryDrafter
+
+    index = AnswerIndex()
+    drafter = UnionDrafter(HistoryDrafter(index))
+    prompts = [{"id": "a", "prompt": "tell me"}, {"id": "b", "prompt": "tell me"}]
+    cfg = BenchConfig(max_new_tokens=24, methods=("greedy", "phrase"), tree_width=8, ignore_eos=True)
+    rep = run_bench(tiny_target, prompts, cfg, {"phrase": drafter}, history=index)
+    first, second = [r for r in rep["per_prompt"] if r["method"] == "phrase"]
+    assert len(index) == len(first["tokens"]) + 1 + len(second["tokens"]) + 1    # each answer, then a separator
+    assert second["tokens"] == first["tokens"]
+    # the same question again: the second answer is copied from the first one
+    assert second["forward_passes"] < first["forward_passes"]
+    assert rep["methods"]["phrase"]["banked_by_source"]["history"] > 0

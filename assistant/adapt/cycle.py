@@ -57,6 +57,7 @@ def _base(profile, target, config: CycleConfig, on_stage):
     name; never a path of this machine, its frozen base companion's artifact or None): the target loaded
     when not given."""
     from assistant.runtime.defaults import load_heads, shipped_head
+    from assistant.runtime.headconfig import base_companion
 
     if target is None:
         from assistant.runtime.budget import resolve_dtype
@@ -77,6 +78,10 @@ def _base(profile, target, config: CycleConfig, on_stage):
         art, frozen = load_heads(base_path, target.hidden_size, f"target {target.name}")
     except ValueError as e:
         raise AdapterError(str(e)) from e
+    if frozen is None and base_companion(base_path).is_file():
+        # the answers go on with the adapted head alone, but a cycle would make it the new frozen root
+        raise AdapterError(f"{base_companion(base_path)}: damaged frozen base head; no cycle runs until it is "
+                           f"restored (answers use the adapted head alone meanwhile)")
     return target, base_path, art, label, frozen
 
 

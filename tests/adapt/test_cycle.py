@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-from assistant.adapt.cycle import CycleConfig, run_cycle
+from assistant.adapt.cycle import AdapterError, CycleConfig, run_cycle
 from assistant.adapt.datasets import describe, slices_path, write_slices
 from assistant.adapt.distill import DistillConfig, distill, load_answers
 from assistant.adapt.features import collect_features
@@ -169,6 +169,11 @@ def test_the_frozen_base_head_drafts_beside_the_adapted_one(adapt_profile, tiny_
     base_companion(cur).write_bytes(b"junk")
     drafter, info = build_drafter(tiny_llama, cur)
     assert "base_head" not in info and [d.name for d in drafter.drafters] == ["phrase", "prompt"]
+    # and no cycle runs on it: it would publish the adapted head as the new frozen root
+    add_answers(p, 20, 4)
+    with pytest.raises(AdapterError, match="damaged frozen base head"):
+        run_cycle(p, target=tiny_llama, config=FAST)
+    assert p.heads.current() == cur
 
 
 def test_keep_base_off_publishes_the_adapted_head_alone(adapt_profile, tiny_llama):

@@ -89,7 +89,6 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     from assistant.adapt.distill import Answer, encode_answer
     from assistant.adapt.grow import ChangeLog, grow_cycle
     from assistant.adapt.judge import drafter, judge, judged_widths, measure
-    from assistant.runtime.history_lookup import AnswerIndex
     from assistant.adapt.replay import ReplayBuffer
     from assistant.adapt.datasets import slices_path
     from assistant.adapt.slices import ensure_anchor, ensure_rehearsal
@@ -170,12 +169,12 @@ def _run_cycle(profile, adir, target, config: CycleConfig, pause, on_stage, cloc
     in_sample = not held_answers
     user = (held_answers, held_feats) if held_answers else (ans_train, f_train)
     lookup = profile.config.history_lookup if config.history_lookup is None else config.history_lookup
-    past = AnswerIndex.from_answers(a.answer_ids for a in ans_train) if lookup else None
+    past = [a.answer_ids for a in ans_train] if lookup else None
     # the frozen head that drafts beside the new one: the base's own companion, else the base itself
     root, root_path = (frozen, base_companion(base_path)) if frozen is not None else (art, base_path)
-    before, after = measure(drafter(art, emb_module, past, base=frozen),
-                            drafter(new_art, emb_module, past, base=root if config.keep_base else None), user,
-                            (anchor_answers, anchor_feats), widths, pause, on_stage)
+    before, after = measure(lambda h: drafter(art, emb_module, h, base=frozen),
+                            lambda h: drafter(new_art, emb_module, h, base=root if config.keep_base else None),
+                            past, user, (anchor_answers, anchor_feats), widths, pause, on_stage)
     accepted, reasons = judge(before, after, config.margin, user_in_sample=in_sample)
     tpp = {"user_before": before["user"], "user_after": after["user"],
            "anchor_before": before["anchor"], "anchor_after": after["anchor"]}

@@ -13,7 +13,9 @@ runtime's verify costs) every pass is verified at the width the controller picks
 does (assistant.runtime.decode.propose, the same function), instead of a fixed `max_nodes`: the figure is then what the user sees live, not what a fixed
 wide tree would bank. A drafter that ranks its sources online (assistant.runtime.drafters.UnionDrafter)
 learns from every replayed pass as it does live (`calibrate`); the head's row usage statistics are
-left alone (they count live use only). Returns {"tokens_per_pass", "passes", "tokens", "hist", "mean_width"}.
+left alone (they count live use only). `history`, the AnswerIndex of past answers the drafter looks up,
+takes each answer once it is replayed, as a session's index takes each finished answer (assistant.session).
+Returns {"tokens_per_pass", "passes", "tokens", "hist", "mean_width"}.
 `pause()`, when given, is called before every pass (a background adapter yields there).
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_nodes: int = 16,
                     hidden: int | None = None, pause: Callable[[], None] | None = None,
-                    width: "WidthController | None" = None) -> dict:
+                    width: "WidthController | None" = None, history=None) -> dict:
     layers = tuple(getattr(drafter, "feature_layers", (-1,)))
     hidden = hidden or features.feats.shape[1] // len(features.layers)
     x = features.select_layers(layers, hidden)
@@ -74,5 +76,7 @@ def simulate_decode(drafter, answers: Sequence[Answer], features: Features, max_
             hist[j - i] += 1
             i = j + 1        # bonus token a_{j+1} is the new pending token
             passes += 1
+        if history is not None:
+            history.add(ref)
     return {"tokens_per_pass": tokens / max(passes, 1), "passes": passes, "tokens": tokens,
             "hist": dict(sorted(hist.items())), "mean_width": round(widths / max(drafts, 1), 2)}

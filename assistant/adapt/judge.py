@@ -1,10 +1,13 @@
 """Before/after: does a cycle's new head draft at least as well as the head it replaces?
 
 Contract:
-- `measure(before, after, user, anchor, max_nodes, pause, on_stage)` -> (before, after), each
+- `measure(before, after, past, user, anchor, widths, pause, on_stage)` -> (before, after), each
   {"user": tokens/pass or None, "anchor": tokens/pass or None}: assistant.adapt.evaluate.simulate_decode
   of two drafters on the user's held-out answers and on the anchor (an (answers, features) pair each;
-  a set without answers or features gives None), announced as "check k/4: ...".
+  a set without answers or features gives None), announced as "check k/4: ...". `before` and `after`
+  build a drafter from a past-answers index (or None): every set is replayed by a fresh one, as a
+  new session starts with a fresh calibration, over an index of `past` (answer token ids; None: no
+  lookup in past answers) that each replayed answer then joins, as a session's does.
 - `judge(before, after, margin, user_in_sample)` -> (accepted, reasons), pure: rejected when the
   anchor's tokens per pass drops by more than `margin` (relative), or the held-out user answers' do
   (not judged when they were trained on: `user_in_sample`).
@@ -16,7 +19,7 @@ Contract:
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 
 def drafter(art, emb_module, history=None, base=None):
@@ -36,32 +39,33 @@ def judged_widths(target, cap: int, fixed: int | None = None):
     return plan_width(cap, verify=runtime_plan(target, cap))
 
 
-def tokens_per_pass(d, answers, feats, widths, pause: Callable[[], None]) -> float | None:
+def tokens_per_pass(d, answers, feats, widths, pause: Callable[[], None], history=None) -> float | None:
     """Tokens per pass of drafter `d` replaying `answers` at the widths of `widths` (a WidthPlan: its
-    online controller, fresh, when it has costs; else its cap); None without answers or features."""
+    online controller, fresh, when it has costs; else its cap); None without answers or features.
+    `history`: the past-answers index `d` looks up (each replayed answer joins it)."""
     from assistant.adapt.evaluate import simulate_decode
 
     if not answers or feats is None:
         return None
-    return round(simulate_decode(d, answers, feats, widths.cap, pause=pause,
-                                 width=widths.controller())["tokens_per_pass"], 4)
+    return round(simulate_decode(d, answers, feats, widths.cap, pause=pause, width=widths.controller(),
+                                 history=history)["tokens_per_pass"], 4)
 
 
-def measure(before_d, after_d, user: tuple, anchor: tuple, widths, pause: Callable[[], None],
-            on_stage: Callable[[str], None]) -> tuple[dict[str, float | None], dict[str, float | None]]:
-    before: dict[str, float | None] = {}
-    after: dict[str, float | None] = {}
-    pause()
-    on_stage("check 1/4: user answers, old head")
-    before["user"] = tokens_per_pass(before_d, *user, widths, pause)
-    on_stage("check 2/4: user answers, new head")
-    after["user"] = tokens_per_pass(after_d, *user, widths, pause)
-    pause()
-    on_stage("check 3/4: original data, old head")
-    before["anchor"] = tokens_per_pass(before_d, *anchor, widths, pause)
-    on_stage("check 4/4: original data, new head")
-    after["anchor"] = tokens_per_pass(after_d, *anchor, widths, pause)
-    return before, after
+def measure(before: Callable, after: Callable, past: Sequence[Sequence[int]] | None, user: tuple, anchor: tuple,
+            widths, pause: Callable[[], None], on_stage: Callable[[str], None]
+            ) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    from assistant.runtime.history_lookup import AnswerIndex
+
+    out: tuple[dict[str, float | None], dict[str, float | None]] = ({}, {})
+    step = 0
+    for name, data, label in (("user", user, "user answers"), ("anchor", anchor, "original data")):
+        pause()
+        for k, (build, head) in enumerate(((before, "old head"), (after, "new head"))):
+            step += 1
+            on_stage(f"check {step}/4: {label}, {head}")
+            index = AnswerIndex.from_answers(past) if past is not None else None
+            out[k][name] = tokens_per_pass(build(index), *data, widths, pause, history=index)
+    return out
 
 
 def judge(before: Mapping[str, float | None], after: Mapping[str, float | None], margin: float,

@@ -152,3 +152,18 @@ def test_written_artifact_is_canonical_bytes(tiny_llama, table, tmp_path):
     with safe_open(str(tmp_path / "c.st"), framework="pt") as f:
         assert f.metadata() == {f"m{i}": "é\n" for i in range(9)} and torch.equal(f.get_tensor("t8"), torch.full((9,), 8.0))
     assert load_artifact(tmp_path / "a.safetensors").meta.items() >= meta.items()
+
+
+def test_a_replay_with_a_history_adds_each_answer_as_a_session_does(tiny_llama, tmp_path):
+    from assistant.runtime.drafters import UnionDrafter
+    from assistant.runtime.history_lookup import AnswerIndex, HistoryDrafter
+
+    out = tmp_path / "a.jsonl"
+    distill(tiny_llama, PROMPTS[:1], out, DistillConfig(batch_size=1, max_new_tokens=24), progress=quiet)
+    answers = load_answers(out) * 2            # the same question twice: the second answer is in the history
+    feats = collect_features(tiny_llama, answers, (-1,), progress=quiet)
+    index = AnswerIndex()
+    sim = simulate_decode(UnionDrafter(HistoryDrafter(index)), answers, feats, max_nodes=12, history=index)
+    assert len(index) == 2 * (len(answers[0].answer_ids) + 1)
+    alone = simulate_decode(UnionDrafter(HistoryDrafter(AnswerIndex())), answers[:1], feats, max_nodes=12)
+    assert sim["passes"] < 2 * alone["passes"]

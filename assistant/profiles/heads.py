@@ -212,7 +212,7 @@ class HeadStore:
             for name, path in (companions or {}).items():
                 copy_file_durably(path, staging / name)
             full_meta = {**(meta or {}), "version": version, "created": time.time(), "size": size,
-                         "sha256": sha256_file(staging / ARTIFACT), "source": str(src)}
+                         "sha256": sha256_file(staging / ARTIFACT), "source": src.name}
             atomic_write_text(staging / META, json.dumps(full_meta, indent=1, sort_keys=True))
             fsync_dir(staging)
             os.rename(staging, self.root / version)

@@ -48,6 +48,8 @@ def test_publish_copies_companion_files(home, tmp_path):
     prompts.write_text('{"prompt": "q"}\n')
     v = p.heads.publish(make_artifact(tmp_path / "a.safetensors", 1), {}, companions={"head.slices.jsonl": prompts})
     assert (p.path / "heads" / v / "head.slices.jsonl").read_bytes() == prompts.read_bytes()
+    # the version's metadata names its source file, never a path of this machine
+    assert p.heads.meta(v)["source"] == "a.safetensors" and str(tmp_path) not in json.dumps(p.heads.meta(v))
     for bad in ("head.safetensors", "meta.json", "../x.jsonl", ".hidden"):
         with pytest.raises(ProfileError) as e:
             p.heads.publish(make_artifact(tmp_path / "b.safetensors", 2), {}, companions={bad: prompts})

@@ -236,9 +236,7 @@ class Session:
             return None
         from assistant.runtime.history_lookup import AnswerIndex
 
-        tok = self.target.tokenizer
-        return AnswerIndex.from_answers((tok(text, add_special_tokens=False)["input_ids"]
-                                         for text in self.past_answers()), self.config.history_tokens)
+        return AnswerIndex.from_texts(self.past_answers(), self.target.tokenizer, self.config.history_tokens)
 
     def info(self) -> dict[str, Any]:
         t = self.target

@@ -73,7 +73,7 @@ def history_index(args, target):
         texts, limit = prof.history.answer_texts(), prof.config.history_tokens
     finally:
         prof.close()
-    return AnswerIndex.from_answers((target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts), limit)
+    return AnswerIndex.from_texts(texts, target.tokenizer, limit)
 
 
 def run(args) -> int:

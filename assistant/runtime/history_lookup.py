@@ -99,6 +99,12 @@ class AnswerIndex:
             index._rebuild()
         return index
 
+    @classmethod
+    def from_texts(cls, texts: Iterable[str], tokenizer, max_tokens: int = 1_000_000) -> "AnswerIndex":
+        """An index of answer texts (oldest first), tokenized as the decode loop emits them (no special
+        tokens): what a session and `bench --history` build from a profile's past answers."""
+        return cls.from_answers((tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts), max_tokens)
+
     def __len__(self) -> int:
         return int(self._arr.size)
 

@@ -74,3 +74,12 @@ def test_a_short_tail_finds_the_newest_places_and_still_prefers_a_longer_match()
     assert idx.matches([0, 7], length=1, matches=2, min_match=1) == [(1, [3]), (1, [9])]
     assert idx.matches([5, 6, 7], length=1, matches=2, min_match=1) == [(3, [8]), (1, [3])]
     assert idx.matches([0, 7], length=1, matches=2, min_match=2) == []
+
+
+def test_an_index_of_texts_is_the_index_of_their_tokens_without_special_ones():
+    class Tok:
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": ([1] if add_special_tokens else []) + [ord(c) for c in text]}
+
+    idx = AnswerIndex.from_texts(["ab", "cd"], Tok(), max_tokens=4)
+    assert idx._arr.tolist() == AnswerIndex.from_answers([[97, 98], [99, 100]], max_tokens=4)._arr.tolist() == [99, 100, -1]

@@ -17,7 +17,7 @@ the target's path taken first (what a perfect value of each node would bank).
 
 The drafter is the bench's: the head given by --head, else the profile's current head (--profile, as
 `assistant bench` resolves it), else the shipped one; --history adds the lookup in the profile's past
-answers (`bench --history`). So a user's gain is replayed as: the report's answers, the shipped head
+answers (`bench --history`; each replayed answer joins that index once it ends, as in the bench). So a user's gain is replayed as: the report's answers, the shipped head
 with no history, against their adapted head with their history.
 
 usage: python scripts/replay_bench.py REPORT.json --costs <cache>/costmodel/<model>-...-compiled.json
@@ -77,7 +77,8 @@ def main() -> None:
                                            next(iter(table.values()))).items()}
     a.target = None
     _, head = resolve_target_head(a)
-    drafter, info = build_drafter(target, head, history=history_index(a, target))
+    index = history_index(a, target)
+    drafter, info = build_drafter(target, head, history=index)
     width = WidthController(costs, report["config"].get("tree_width", 16))
     # the bench's warm-up, at the full width, which the drafter's calibration sees too
     warm_ids = target.encode_chat([{"role": "user", "content": WARM_PROMPT}])
@@ -90,7 +91,7 @@ def main() -> None:
     used: list[int] = []
     pick = width.next_width
     width.next_width = lambda *x, **k: used.append(pick(*x, **k)) or used[-1]
-    res = simulate_decode(drafter, answers, feats, max_nodes=width.cap, width=width)
+    res = simulate_decode(drafter, answers, feats, max_nodes=width.cap, width=width, history=index)
     drafted = res["tokens"] - len(answers)          # the first token of each answer comes from the prefill
     print(json.dumps({"drafter": info["drafter"], "head": Path(head).parent.name if head else "shipped",
                       "report_tokens_per_pass": report["methods"][a.method]["tokens_per_pass"],

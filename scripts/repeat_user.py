@@ -8,10 +8,13 @@ more; "same", the very same question in a new conversation (a user coming back t
 `assistant bench` runs answer the follow-ups with the default drafter (fp32, same engine and threads):
 once with an empty history, once drafting from the profile's past answers too (`--history`). Prints
 tokens per pass of each, per kind and for "again" + "quote" (the 40 questions that are not a plain
-repeat), the gain, and whether every answer is token for token the same in both runs.
+repeat), the gain, and whether every answer is token for token the same in both runs. With --cycle the
+adapter runs one cycle on the 20 earlier answers between the two runs (`assistant adapt --once`: what the
+background adapter does once 20 answers are pending), so the second run drafts with whatever head it
+published; the first run is a fresh user's (the shipped head) either way.
 
 usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
-           [--engine compiled]
+           [--engine compiled] [--cycle]
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--engine", default="compiled")
+    ap.add_argument("--cycle", action="store_true", help="one adapter cycle between the two runs")
     a = ap.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -81,8 +85,16 @@ def main() -> None:
         follow.append({"id": f"same:{e['id']}", "prompt": e["prompt"]})
     (out / "followups.jsonl").write_text("".join(json.dumps(r) + "\n" for r in follow), encoding="utf-8")
 
-    reports = {}
+    reports, cycle = {}, None
     for i, (label, extra) in enumerate((("empty", []), ("history", ["--history"]))):
+        if label == "history" and a.cycle:
+            print("adapter cycle on the earlier answers", file=sys.stderr)
+            r = subprocess.run(cli + ["adapt", "--once", "--profile", "repeat", "--json", "--dtype", "fp32"], env=env,
+                               capture_output=True, text=True)
+            if "{" not in r.stdout:
+                sys.exit(f"adapt failed: {r.stderr.strip().splitlines()[-1:]}")
+            report = json.loads(r.stdout[r.stdout.index("{"):])
+            cycle = {k: report.get(k) for k in ("status", "reasons", "tokens_per_pass", "version")}
         print(f"{i + 2}/3 bench of the {len(follow)} follow-ups, {label} history", file=sys.stderr)
         path = out / f"{label}.json"
         r = subprocess.run(cli + ["bench", "--dataset", str(out / "followups.jsonl"), "--methods", "phrase",
@@ -104,7 +116,13 @@ def main() -> None:
                        "tokens_per_pass_history": round(tpp["history"], 3),
                        "gain": round(tpp["history"] / tpp["empty"] - 1, 3)}
     h = reports["history"]["methods"]["phrase"]
-    print(json.dumps({"kinds": table, "banked_by_source_history": h.get("banked_by_source"),
+    costs = [reports[k]["config"].get("verify_costs") for k in ("empty", "history")]
+    if costs[0] != costs[1]:
+        print("warning: the two runs chose their widths from different verify cost tables (measured while the "
+              "machine was busy, not cached): tokens per pass are not comparable; run it again on a quiet machine",
+              file=sys.stderr)
+    print(json.dumps({"kinds": table, "cycle": cycle, "same_verify_costs": costs[0] == costs[1],
+                      "verify_costs": costs[1], "banked_by_source_history": h.get("banked_by_source"),
                       "identical_outputs": f"{same}/{len(follow)}", "engine": a.engine, "threads": a.threads,
                       "cpu_flags": reports["history"].get("cpu_flags")}, indent=1))
 

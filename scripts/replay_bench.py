@@ -20,7 +20,10 @@ The drafter is the bench's: the head given by --head, else the profile's current
 answers (`bench --history`; each replayed answer joins that index once it ends, as in the bench). So a user's gain is replayed as: the report's answers, the shipped head
 with no history, against their adapted head with their history.
 
-usage: python scripts/replay_bench.py REPORT.json --costs <cache>/costmodel/<model>-...-compiled.json
+The verify costs are the report's own (`config.verify_costs`: the table the live run's widths came from)
+unless --costs names a cost-model cache file; reports written before the bench recorded them need --costs.
+
+usage: python scripts/replay_bench.py REPORT.json [--costs <cache>/costmodel/<model>-...-compiled.json]
            [--method phrase] [--data ../shared/data] [--oracle] [--profile NAME] [--head PATH] [--history]
 """
 from __future__ import annotations
@@ -34,7 +37,8 @@ from pathlib import Path
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("report")
-    ap.add_argument("--costs", required=True, help="a cost-model cache file (assistant.runtime.costmodel)")
+    ap.add_argument("--costs", default=None, help="a cost-model cache file (assistant.runtime.costmodel); "
+                                                  "default: the report's config.verify_costs")
     ap.add_argument("--method", default="phrase")
     ap.add_argument("--data", default=None, help="folder holding the report's data set, if not at its path")
     ap.add_argument("--oracle", action="store_true", help="take the nodes on the target's path first")
@@ -57,6 +61,14 @@ def main() -> None:
     from assistant.runtime.width import WidthController
 
     report = json.loads(Path(a.report).read_text())
+    if a.costs:
+        table = json.loads(Path(a.costs).read_text())["costs"]
+        costs = {int(w): float(s) for w, s in (table.get(report["config"].get("layout", "packed")) or
+                                               next(iter(table.values()))).items()}
+    elif report["config"].get("verify_costs"):
+        costs = {int(w): float(s) for w, s in report["config"]["verify_costs"].items()}
+    else:
+        sys.exit("the report does not record its verify costs (an older bench): name a cost table with --costs")
     data = Path(report["dataset"])
     if a.data or not data.exists():
         data = Path(a.data or ".") / data.name
@@ -72,9 +84,6 @@ def main() -> None:
         answers.append(Answer(str(r["id"]), ids, r["tokens"]))
     feats = collect_features(target, answers, (-1,), batch_size=4, progress=lambda *_: None)
 
-    table = json.loads(Path(a.costs).read_text())["costs"]
-    costs = {int(w): float(s) for w, s in (table.get(report["config"].get("layout", "packed")) or
-                                           next(iter(table.values()))).items()}
     a.target = None
     _, head = resolve_target_head(a)
     index = history_index(a, target)

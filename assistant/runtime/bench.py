@@ -15,7 +15,8 @@ over a user's next questions banks from the earlier of them as that user would. 
 hook on the target model; our loops count their own passes (a compiled forward runs
 no module hooks), the prefill as one pass either way. When hf runs, each other method's
 first divergence from it is recorded with the reference's top-1 minus top-2
-logit margin at that index (how tie-breaking is told from a bug).
+logit margin at that index (how tie-breaking is told from a bug). `config.verify_costs` is the
+width controller's verify cost table relative to one token (`relative_costs`).
 """
 from __future__ import annotations
 
@@ -230,10 +231,22 @@ def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict
         "machine": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": {"max_new_tokens": cfg.max_new_tokens, "tree_width": cfg.tree_width, "methods": list(cfg.methods),
-                   "layout": cfg.layout, "engine": cfg.engine},
+                   "layout": cfg.layout, "engine": cfg.engine, "verify_costs": relative_costs(cfg.width_costs)},
         "cpu_flags": cpu_flags(),
         "methods": methods, "divergences": divergences, "per_prompt": rows,
     }
+
+
+def relative_costs(width_costs: Sequence[tuple[int, float]]) -> dict[str, float]:
+    """{width: verify seconds / those of width 1} of the online width choice ({} at a fixed width): the
+    table that decided every pass's width, so two runs can be checked to have used the same one and a
+    replay (scripts/replay_bench.py) can use it again. Tokens per pass depend on it: a table measured
+    while other processes were busy is used for that run only, and differs from run to run."""
+    costs = dict(width_costs)
+    if not costs:
+        return {}
+    base = costs.get(1) or costs[min(costs)]
+    return {str(w): round(s / base, 4) for w, s in sorted(costs.items())}
 
 
 def cpu_flags() -> str:

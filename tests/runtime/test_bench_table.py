@@ -45,3 +45,16 @@ def test_a_history_run_adds_each_answer_to_the_index_as_a_session_does(tiny_targ
     # the same question again: the second answer is copied from the first one
     assert second["forward_passes"] < first["forward_passes"]
     assert rep["methods"]["phrase"]["banked_by_source"]["history"] > 0
+
+
+def test_the_report_records_the_verify_costs_that_chose_the_widths(tiny_target):
+    from assistant.runtime.bench import BenchConfig, relative_costs, run_bench
+    from assistant.runtime.drafters import PromptLookupDrafter, UnionDrafter
+
+    costs = ((1, 0.02), (2, 0.021), (4, 0.025), (8, 0.04))
+    prompts = [{"id": "a", "prompt": "count to ten"}]
+    cfg = BenchConfig(max_new_tokens=8, methods=("phrase",), tree_width=8, ignore_eos=True, width_costs=costs)
+    rep = run_bench(tiny_target, prompts, cfg, {"phrase": UnionDrafter(PromptLookupDrafter())})
+    assert rep["config"]["verify_costs"] == {"1": 1.0, "2": 1.05, "4": 1.25, "8": 2.0}
+    # a fixed width records no table
+    assert relative_costs(()) == {}

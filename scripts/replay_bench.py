@@ -23,7 +23,7 @@ with no history, against their adapted head with their history.
 The verify costs are the report's own (`config.verify_costs`: the table the live run's widths came from)
 unless --costs names a cost-model cache file; reports written before the bench recorded them need --costs.
 
-usage: python scripts/replay_bench.py REPORT.json [--costs <cache>/costmodel/<model>-...-compiled.json]
+usage: python scripts/replay_bench.py REPORT.json [--costs <cache>/costmodel/<model>-...-compiled-<tag>.json]
            [--method phrase] [--data ../shared/data] [--oracle] [--profile NAME] [--head PATH] [--history]
 """
 from __future__ import annotations

@@ -11,8 +11,10 @@ target in the plan's layout. Each engine (assistant.runtime.engine) has its own 
 `pick_engine(target, kind="auto")` builds the compiled engine and keeps whichever engine
 expects more tokens per second, so "auto" is decided by the same cached numbers; `runtime_width(target,
 cap)` is the width such a runtime starts at (assistant.runtime.width.plan_width over `runtime_plan`). A compiled
-engine's measurement carries its `tag` (its saved forward's key: a changed engine is measured
-again), and a measurement taken while other processes kept a core busy is used but not cached. Why measure: on one 2-core CPU a 16-node verify cost
+engine's measurement is cached under its `tag` (its saved forward's key: a changed engine is measured
+again, and engines of several tags, e.g. heads that read other layers or two installs, keep a table each
+instead of measuring again in turn: a table re-measured on a busy machine moves the widths, BENCHMARKS.md W1),
+and a measurement taken while other processes kept a core busy is used but not cached. Why measure: on one 2-core CPU a 16-node verify cost
 x1.7 of a 1-token forward, on another x3.6 (w=3 cost x1.1 there), and the [in, out]
 layout cut fp32's x3.0 to x1.75 but was slower in bf16, so no fixed choice is right.
 The target is left in the layout it came in.
@@ -118,7 +120,7 @@ def calibrate(target, cap: int = DEFAULT_WIDTH, progress=None, refresh: bool = F
 
     name = engine.name if engine is not None else "eager"
     tag = getattr(engine, "tag", "") if engine is not None else ""
-    path = Path(cache_dir()) / "costmodel" / f"{_key(target, name)}.json"
+    path = Path(cache_dir()) / "costmodel" / f"{_key(target, name)}{'-' + tag if tag else ''}.json"
     costs = None if refresh else _read(path, tag)
     wanted = [w for w in WIDTHS if w <= max(cap, 1)]
     layouts = layouts_for(target, engine)
@@ -160,8 +162,9 @@ def runtime_plan(target, cap: int = DEFAULT_WIDTH) -> VerifyPlan:
     engine's when it was measured on this machine and expects more tokens per second, else the eager
     one's (measured now if not cached)."""
     plan = calibrate(target, cap)
-    path = Path(cache_dir()) / "costmodel" / f"{_key(target, 'compiled')}.json"
-    costs = _read(path)
+    found = sorted(Path(cache_dir(), "costmodel").glob(f"{_key(target, 'compiled')}-*.json"),
+                   key=lambda p: p.stat().st_mtime)
+    costs = _read(found[-1]) if found else None          # the compiled engine measured last here
     if costs:
         layout, width = choose(costs, cap)
         compiled = VerifyPlan(width=width, layout=layout, costs=costs)

@@ -121,3 +121,30 @@ def test_a_changed_compiled_engine_is_measured_again(tmp_path, monkeypatch):
     Engine.tag = "bbb"
     calibrate(t, 16, engine=Engine())
     assert len(calls) == 2
+    # each tag keeps its own table: going back to the first engine reads it, it is not measured again
+    Engine.tag = "aaa"
+    calibrate(t, 16, engine=Engine())
+    assert len(calls) == 2
+    assert len(list((tmp_path / "costmodel").glob("*-compiled-*.json"))) == 2
+
+
+def test_runtime_plan_reads_the_compiled_table_measured_last(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: 0.0)
+    t = tiny_qwen3()
+    # eager: every width costs the same as one token, so the widest tree wins on it
+    monkeypatch.setattr(costmodel, "verify_costs", lambda target, widths, layout=None, **kw: {w: 1.0 for w in widths})
+    assert costmodel.runtime_plan(t, 16).width == 16
+
+    class Engine:
+        name, layout, tag = "compiled", "packed", "old"
+
+    # a compiled engine measured cheaper at 3 nodes than anything wider, twice: the newer table decides
+    for tag, c3, when in (("new", 0.4, 2e9), ("old", 0.5, 1e9)):
+        Engine.tag = tag
+        monkeypatch.setattr(costmodel, "verify_costs",
+                            lambda target, widths, layout=None, c3=c3, **kw: {w: (c3 if w <= 3 else 9.0) for w in widths})
+        calibrate(t, 16, engine=Engine())
+        os.utime(next((tmp_path / "costmodel").glob(f"*-{tag}.json")), (when, when))
+    plan = costmodel.runtime_plan(t, 16)
+    assert plan.layout == "packed" and plan.width == 3 and plan.costs["packed"][3] == pytest.approx(0.4)

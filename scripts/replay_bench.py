@@ -17,8 +17,9 @@ the target's path taken first (what a perfect value of each node would bank).
 
 The drafter is the bench's: the head given by --head, else the profile's current head (--profile, as
 `assistant bench` resolves it), else the shipped one; --history adds the lookup in the profile's past
-answers (`bench --history`; each replayed answer joins that index once it ends, as in the bench). So a user's gain is replayed as: the report's answers, the shipped head
-with no history, against their adapted head with their history.
+answers (`bench --history`; each replayed answer joins that index once it ends, as in the bench). So a
+user's gain is replayed as: the report's answers, the shipped head with no history, against their adapted
+head with their history.
 
 The verify costs are the report's own (`config.verify_costs`: the table the live run's widths came from)
 unless --costs names a cost-model cache file; reports written before the bench recorded them need --costs.

@@ -7,8 +7,8 @@ is combined with in-context prompt lookup (unless `lookup` is False) in one tree
 (assistant.runtime.drafters.artifact_drafter),
 and `history` (an assistant.runtime.history_lookup.AnswerIndex of the user's past answers) adds the
 lookup in them; an adapted head with its frozen base head beside it (assistant.runtime.headconfig.base_companion)
-drafts with both (`load_heads`). Without a head, prompt lookup drafts alone. A head whose hidden size
-does not match the target raises ValueError naming the file.
+drafts with both (`load_heads`); a head drafts in bf16 beside a bf16 target (`head_dtype`). Without a head,
+prompt lookup drafts alone. A head whose hidden size does not match the target raises ValueError naming the file.
 """
 from __future__ import annotations
 
@@ -21,6 +21,16 @@ SHIPPED = Path(__file__).parent / "data" / "heads"
 def shipped_head(target_name: str) -> Path | None:
     p = SHIPPED / f"{target_name}.safetensors"
     return p if p.exists() else None
+
+
+def head_dtype(target) -> "torch.dtype":
+    """The dtype a head drafts in beside `target`: bf16 beside a bf16 target, else fp32. Its forward reads
+    ~10 MB of fp32 weights a pass, streamed back into the cache after every verify (1.2-1.3 ms a pass in fp32,
+    0.8 in bf16 on an avx512_bf16 CPU, ~1.5% of a bf16 pass), and its proposals bank the same tokens per
+    verify cost in bf16 (BENCHMARKS.md, "More distilled answers for the head")."""
+    import torch
+
+    return torch.bfloat16 if target.dtype == "bf16" else torch.float32
 
 
 def load_heads(path: str | Path, hidden_size: int, target_name: str = "the target"):
@@ -61,9 +71,9 @@ def build_drafter(target, path: str | Path | None = None, top_k: int | None = No
         return UnionDrafter(HistoryDrafter(history) if history is not None else None, PromptLookupDrafter()), \
             {"head": None, "drafter": ("history+" if history is not None else "") + "prompt-lookup"}
     art, base = load_heads(path, target.hidden_size, f"target {target.name}")
-    head = art.head.to(target.device)
+    head = art.head.to(target.device, head_dtype(target))
     if base is not None:
-        base.head.to(target.device)
+        base.head.to(target.device, head_dtype(target))
     kw = {"top_k": top_k} if top_k is not None else {}   # else the artifact's measured setting, else 6
     info = {"head": str(path), "drafter": ("history+" if history is not None else "")
             + ("base+" if base is not None else "") + "phrase" + ("+prompt-lookup" if lookup else ""),

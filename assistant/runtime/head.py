@@ -5,7 +5,9 @@ predicted the pending token (`features`, [B, L*H]) and the target's input
 embedding of that pending token (`root_embedding`, [B, H]) to logits over the
 draft vocabulary ([B, rows]): which phrase follows the pending token. The output
 layer is one row of `width + 1` parameters per entry, so the row count is the
-parameter budget, and `resize` grows or shrinks it at run time. `save_artifact`/
+parameter budget, and `resize` grows or shrinks it at run time. It computes in its parameters'
+dtype (fp32 as trained and loaded; the runtime casts it to bf16 beside a bf16 target) and returns
+fp32 logits. `save_artifact`/
 `load_artifact` keep a head and its vocabulary in ONE safetensors file with JSON
 metadata (config, target, training provenance); nothing is pickled. An adapted head (the online
 adapter's) may have the frozen head it was adapted from beside it (assistant.runtime.headconfig.base_companion,
@@ -43,13 +45,13 @@ class PhraseHead(nn.Module):
         return self.out.out_features
 
     def trunk(self, features: torch.Tensor, root_embedding: torch.Tensor) -> torch.Tensor:
-        """[B, L*H], [B, H] -> [B, width]."""
-        x = torch.cat([features, root_embedding], dim=-1).float()
+        """[B, L*H], [B, H] -> [B, width], computed in the parameters' dtype."""
+        x = torch.cat([features, root_embedding], dim=-1).to(self.norm.weight.dtype)
         return self.mlp(self.norm(x))
 
     def forward(self, features: torch.Tensor, root_embedding: torch.Tensor) -> torch.Tensor:
-        """[B, L*H], [B, H] -> logits [B, rows]."""
-        return self.out(self.trunk(features, root_embedding))
+        """[B, L*H], [B, H] -> logits [B, rows] (fp32)."""
+        return self.out(self.trunk(features, root_embedding)).float()
 
     def resize(self, rows: int, init: torch.Tensor | None = None) -> None:
         """Set the row count, keeping existing rows; `init` ([new, width+1]) initialises added rows."""

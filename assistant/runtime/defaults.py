@@ -71,9 +71,10 @@ def build_drafter(target, path: str | Path | None = None, top_k: int | None = No
         return UnionDrafter(HistoryDrafter(history) if history is not None else None, PromptLookupDrafter()), \
             {"head": None, "drafter": ("history+" if history is not None else "") + "prompt-lookup"}
     art, base = load_heads(path, target.hidden_size, f"target {target.name}")
-    head = art.head.to(target.device, head_dtype(target))
+    dtype = head_dtype(target)
+    head = art.head.to(target.device, dtype)
     if base is not None:
-        base.head.to(target.device, head_dtype(target))
+        base.head.to(target.device, dtype)
     kw = {"top_k": top_k} if top_k is not None else {}   # else the artifact's measured setting, else 6
     info = {"head": str(path), "drafter": ("history+" if history is not None else "")
             + ("base+" if base is not None else "") + "phrase" + ("+prompt-lookup" if lookup else ""),

@@ -144,8 +144,8 @@ class PhraseDrafter(_Base):
     @torch.inference_mode()
     def scores(self, ctx: DraftContext) -> torch.Tensor:
         emb = self.embeddings(torch.tensor([ctx.root], device=self.embeddings.weight.device))
-        feats = ctx.features.reshape(1, -1).float().to(self.head.out.weight.device)
-        logits = self.head(feats, emb.float().to(feats.device))[0]
+        feats = ctx.features.reshape(1, -1).to(self.head.out.weight.device)
+        logits = self.head(feats, emb.to(feats.device))[0]         # the head casts to its own dtype
         return logits.masked_fill(~self._live.to(logits.device), float("-inf"))
 
     def _chains(self, row: int) -> list[list[int]]:

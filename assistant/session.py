@@ -5,7 +5,9 @@ phrase head (the profile's current head artifact if given, else the shipped
 default head for the target if one exists, else prompt lookup only). `answer(messages)`
 streams `assistant.runtime.decode.Step`s for one assistant turn, using phrase speculation
 (or greedy decoding when `config.method == "greedy"`). `swap_head(path)` replaces
-the head between answers. With engine "auto" and no saved compiled engine yet, `load`
+the head between answers. Each answer starts from the KV cache the last one left (`kept`,
+assistant.runtime.prefix): a chat's next turn prefills only what its prompt adds to the
+conversation so far. With engine "auto" and no saved compiled engine yet, `load`
 starts building it in a background process (assistant.runtime.background) and answers on the
 eager engine; the compiled one is switched in between answers once it is ready
 (`maybe_upgrade_engine`), so no start waits on the compiler. All torch imports happen
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from assistant.runtime.prefix import KeptCache
 from assistant.runtime.width import DEFAULT_WIDTH, plan_width
 
 
@@ -55,6 +58,7 @@ class Session:
     width: int = 0                                          # verify width in use (set by load)
     width_ctl: Any = None                                   # assistant.runtime.width.WidthController (auto width)
     engine: Any = None                                      # assistant.runtime.engine engine the answers run on
+    kept: KeptCache = field(default_factory=KeptCache, repr=False)  # the last answer's KV cache, for the next prompt
     pending_engine: Path | None = None                      # a compiled engine building in the background
     threads: int = 0                                        # torch's default thread count (set by load)
     thread_policy: Any = None                               # assistant.runtime.threads.ThreadPolicy of the answers
@@ -200,10 +204,10 @@ class Session:
         with self._lock:
             drafter = self.drafter
         if self.config.method == "greedy":
-            steps = greedy_generate(self.target, ids, cfg, cancel, engine=self.engine)
+            steps = greedy_generate(self.target, ids, cfg, cancel, engine=self.engine, kept=self.kept)
         else:
             steps = speculative_generate(self.target, ids, drafter, cfg, cancel, width=self.width_ctl,
-                                         engine=self.engine)
+                                         engine=self.engine, kept=self.kept)
         return self._marked_busy(steps)
 
     def context_limit(self) -> int:

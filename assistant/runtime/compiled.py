@@ -136,11 +136,15 @@ class CompiledEngine:
                 return b
         return q
 
+    def _slots(self, room: int | None) -> tuple[int, int]:
+        """(tokens an answer of `room` may hold, static cache slots it needs)."""
+        need = min(int(room or self.max_len), self.max_len)
+        return need, _round_up(need + self._pad_nodes(max(self.node_buckets, default=2)), max(self.window_step, 1)) + 1
+
     def new_cache(self, room: int | None = None):
         from transformers import StaticCache
 
-        need = min(int(room or self.max_len), self.max_len)
-        slots = _round_up(need + self._pad_nodes(max(self.node_buckets, default=2)), max(self.window_step, 1)) + 1
+        need, slots = self._slots(room)
         cache = StaticCache(config=self.model.config, max_cache_len=slots)
         cache.early_initialization(batch_size=1, num_heads=self.kv_heads, head_dim=self.head_dim,
                                    dtype=self.model.dtype, device=self.model.device)
@@ -153,6 +157,26 @@ class CompiledEngine:
     def room(self, cache, prefix_len: int) -> int:
         return cache.assistant_limit - prefix_len
 
+    def resume(self, cache, keep: int, room: int | None = None):
+        """`cache`, ready for an answer of `room` tokens on top of its first `keep` entries. A cache too small
+        for it grows layer by layer (a larger tensor, the first `keep` slots copied, the old one freed), so
+        at most one layer's keys and values exist twice: the memory budget's one-layer copy term, not a
+        second cache."""
+        need, slots = self._slots(room)
+        if slots > cache.layers[0].keys.shape[2]:
+            for layer in cache.layers:
+                for name in ("keys", "values"):
+                    old = getattr(layer, name)
+                    new = old.new_zeros(*old.shape[:2], slots, old.shape[3])
+                    new[:, :, :keep].copy_(old[:, :, :keep])
+                    torch._dynamo.mark_dynamic(new, 2)
+                    setattr(layer, name, new)
+                    del old
+                layer.max_cache_len = slots
+        cache.assistant_limit = need
+        self._seek(cache, keep)
+        return cache
+
     @staticmethod
     def _seek(cache, pos: int) -> None:
         for layer in cache.layers:
@@ -160,15 +184,16 @@ class CompiledEngine:
 
     # -- forwards ----------------------------------------------------------------------------------------
     def prefill(self, cache, prompt_ids: Sequence[int], feature_layers: Sequence[int] = (-1,),
-                chunk: int = PREFILL_CHUNK, cancel: Callable[[], bool] | None = None):
+                chunk: int = PREFILL_CHUNK, cancel: Callable[[], bool] | None = None, start: int = 0):
         """Eager, in chunks, on the static cache: each chunk attends to the cached window before it
-        and causally to itself; `cancel` is polled between chunks (Cancelled)."""
+        and causally to itself; `cancel` is polled between chunks (Cancelled). The cache already holds
+        the first `start` tokens."""
         n = len(prompt_ids)
         if n > cache.assistant_limit:
             raise ContextFull(f"the prompt has {n} tokens and the context holds {cache.assistant_limit}")
         device, dtype = self.model.device, self.model.dtype
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-        for start in range(0, n, chunk):
+        for start in range(start, n, chunk):
             check_cancel(cancel)
             last = start + chunk >= n
             part = ids[:, start: start + chunk]

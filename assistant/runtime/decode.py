@@ -12,7 +12,9 @@ A `assistant.runtime.width.WidthController` may pick each pass's tree width (<= 
 the output never depends on it, only the time does. The target's forwards run on a
 `assistant.runtime.engine` engine (eager by default, the reference: assistant.runtime.eager); an engine whose cache is
 full for this answer (the budget's context) ends it with finish "length", never with a
-wrong token.
+wrong token. With a `assistant.runtime.prefix.KeptCache` the answer starts from the cache the last
+answer left there (only the prompt's tokens past their common prefix are prefilled) and leaves its
+own cache there when it ends.
 
 KV cache invariant between passes: the cache holds every committed token except
 the last one (`root`, the pending bonus token), whose key/values are computed in
@@ -27,6 +29,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import torch
 
+from assistant.runtime import prefix
 from assistant.runtime.eager import Cancelled, EagerEngine
 from assistant.runtime.textstream import TextStream
 from assistant.runtime.tree import Tree, accept, build_tree
@@ -148,27 +151,41 @@ def _stream_for(target, config: DecodeConfig) -> TextStream:
 @torch.inference_mode()
 def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | None, config: DecodeConfig,
                          cancel: Callable[[], bool] | None = None, width: WidthController | None = None,
-                         engine=None) -> Iterator[Step]:
+                         engine=None, kept: prefix.KeptCache | None = None) -> Iterator[Step]:
     """Yield one Step per target forward pass (see module docstring). `width` (assistant.runtime.width) picks
     each pass's verify width, at most config.max_nodes; without it every pass uses config.max_nodes.
-    `engine` (assistant.runtime.engine) runs the forwards; None: the eager reference."""
+    `engine` (assistant.runtime.engine) runs the forwards; None: the eager reference. `kept`
+    (assistant.runtime.prefix) lends the last answer's cache and receives this one's."""
     engine = engine or EagerEngine(target.model)
-    layers = tuple(drafter.feature_layers) if drafter is not None else ()
-    stream = _stream_for(target, config)
     if config.max_new_tokens <= 0:
         return
     t0 = time.perf_counter()
-    cache = engine.new_cache(len(prompt_ids) + config.max_new_tokens + config.max_nodes)
+    cache, start = prefix.take(kept, engine, prompt_ids, len(prompt_ids) + config.max_new_tokens + config.max_nodes)
+    cached = list(prompt_ids[:start])       # the ids whose keys/values the cache holds, kept true after every commit
     try:
-        root, feats = engine.prefill(cache, prompt_ids, layers, cancel=cancel)
+        yield from _passes(target, prompt_ids, drafter, config, cancel, width, engine, cache, start, cached, t0)
+    finally:
+        prefix.keep(kept, engine, cache, cached)
+
+
+def _passes(target, prompt_ids: Sequence[int], drafter: Drafter | None, config: DecodeConfig,
+            cancel: Callable[[], bool] | None, width: WidthController | None, engine, cache, start: int,
+            cached: list[int], t0: float) -> Iterator[Step]:
+    """speculative_generate's prefill (from `start`) and passes on `cache`, extending `cached` as it fills."""
+    layers = tuple(drafter.feature_layers) if drafter is not None else ()
+    stream = _stream_for(target, config)
+    try:
+        root, feats = engine.prefill(cache, prompt_ids, layers, cancel=cancel, start=start)
     except Cancelled:
         yield Step(tokens=[], drafted=0, text="", finish="cancelled")
         return
+    cached[start:] = prompt_ids[start:]
     if width is not None:
         width.start_answer()
     prefix_len = len(prompt_ids)
     ids = list(prompt_ids) + [root]
-    step = _emit(stream, [root], 0, [], t0, len(prompt_ids), {"prefill": time.perf_counter() - t0})
+    # a prefill "tree" is the prompt tokens it computed: those past the part a kept cache already held
+    step = _emit(stream, [root], 0, [], t0, len(prompt_ids) - start, {"prefill": time.perf_counter() - t0})
     yield step
     while step.finish is None:
         if cancel is not None and cancel():
@@ -189,6 +206,7 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
         path, bonus = accept(tree, argmax)
         t4 = time.perf_counter()
         prefix_len = engine.commit(cache, prefix_len, path)
+        cached.extend(tree.tokens[n] for n in path)
         if drafter is not None and tree.size > 1:
             drafter.observe(tree, path)
         if width is not None and drafter is not None:
@@ -204,9 +222,10 @@ def speculative_generate(target, prompt_ids: Sequence[int], drafter: Drafter | N
 
 
 def greedy_generate(target, prompt_ids: Sequence[int], config: DecodeConfig,
-                    cancel: Callable[[], bool] | None = None, engine=None) -> Iterator[Step]:
+                    cancel: Callable[[], bool] | None = None, engine=None,
+                    kept: prefix.KeptCache | None = None) -> Iterator[Step]:
     """The reference: one token per forward pass (a root-only tree) on the same cache code."""
-    return speculative_generate(target, prompt_ids, None, config, cancel, engine=engine)
+    return speculative_generate(target, prompt_ids, None, config, cancel, engine=engine, kept=kept)
 
 
 def run_to_end(steps: Iterator[Step]) -> tuple[list[int], DecodeStats]:

@@ -2,14 +2,17 @@
 
 Contract: an engine offers the three target calls of the decode loop on a cache it makes
 for one answer, `cache = engine.new_cache(room)` (room: the most tokens the answer may cache):
-- `prefill(cache, prompt_ids, feature_layers, cancel=None) -> (root, feats [Lf, H] | None)`: the
-  prompt in chunks (`cancel()` polled between them: Cancelled); root = the target's argmax after
-  it; feats = its hidden states at `feature_layers`.
+- `prefill(cache, prompt_ids, feature_layers, cancel=None, start=0) -> (root, feats [Lf, H] | None)`:
+  the prompt in chunks (`cancel()` polled between them: Cancelled), from `start` on (the first
+  `start` tokens are already in the cache); root = the target's argmax after it; feats = its hidden
+  states at `feature_layers`.
 - `verify(cache, tree, prefix_len, feature_layers) -> (argmax list[q], feats [Lf, q, H] | None)`:
   one forward over the tree's q nodes on top of the first `prefix_len` cached tokens.
 - `commit(cache, prefix_len, path) -> prefix_len + len(path)`: keep the accepted nodes only.
 - `room(cache, prefix_len) -> int`: how many tree nodes still fit (None: unbounded); an engine
   whose cache is full raises ContextFull.
+- `resume(cache, keep, room) -> cache`: a cache for an answer of `room` tokens whose first `keep`
+  entries are `cache`'s (assistant.runtime.prefix: a chat's next prompt reuses the last answer's).
 The engines compute the same function; only rounding (and the time) may differ.
 
 `EagerEngine` is the reference: transformers' DynamicCache and the model's own forward, the
@@ -66,14 +69,22 @@ class EagerEngine:
     def room(self, cache, prefix_len: int) -> int | None:
         return None
 
+    def resume(self, cache, keep: int, room: int | None = None):
+        for layer in cache.layers:       # layer by layer: an answer stopped inside a commit may leave them uneven
+            drop = layer.get_seq_length() - keep if layer.is_initialized else 0
+            if drop > 0:
+                layer.crop(-drop)
+        return cache
+
     def prefill(self, cache, prompt_ids: Sequence[int], feature_layers: Sequence[int] = (-1,),
-                chunk: int = PREFILL_CHUNK, cancel: Callable[[], bool] | None = None):
+                chunk: int = PREFILL_CHUNK, cancel: Callable[[], bool] | None = None, start: int = 0):
         """Long prompts go in chunks so activations stay inside the memory budget; only the last
-        position's logits and hidden states are kept. `cancel` is polled between chunks (Cancelled)."""
+        position's logits and hidden states are kept. `cancel` is polled between chunks (Cancelled).
+        The cache already holds the first `start` tokens."""
         device = self.model.device
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
         n = ids.shape[1]
-        for start in range(0, n, chunk):
+        for start in range(start, n, chunk):
             check_cancel(cancel)
             last = start + chunk >= n
             part = ids[:, start: start + chunk]

@@ -167,6 +167,31 @@ def test_cache_full_stops_gracefully(compiled):
         list(greedy_generate(target, list(range(3, 30)), DecodeConfig(max_new_tokens=4), engine=small))
 
 
+def test_kept_cache_is_resumed_grown_and_in_place(compiled):
+    """A second turn on the static cache: its prompt needs more room than the first answer's cache has
+    (the cache grows, the kept prefix copied over), then a shorter prompt reuses it as it is; each
+    equals generate() on the whole conversation."""
+    from assistant.runtime.prefix import KeptCache
+
+    target, engine = compiled
+    kept = KeptCache()
+    first = prompts(k=1, seed=7)[0]
+    cfg = DecodeConfig(max_new_tokens=20, ignore_eos=True)
+    a1 = [t for s in speculative_generate(target, first, random_phrase_drafter(target), cfg, engine=engine, kept=kept)
+          for t in s.tokens]
+    cache = kept.slot[1]
+    small = cache.layers[0].keys.shape[2]
+    follow = first + a1 + [9, 8, 7]
+    steps = list(speculative_generate(target, follow, random_phrase_drafter(target), cfg, engine=engine, kept=kept))
+    assert steps[0].tree_size == 4 and kept.slot[1] is cache and cache.layers[0].keys.shape[2] > small
+    assert [t for s in steps for t in s.tokens] == hf_greedy(target, follow, 20)
+    grown = cache.layers[0].keys.shape[2]
+    edited = follow[:len(first) + 3] + [5, 6]
+    steps = list(speculative_generate(target, edited, random_phrase_drafter(target), cfg, engine=engine, kept=kept))
+    assert steps[0].tree_size == 2 and cache.layers[0].keys.shape[2] == grown
+    assert [t for s in steps for t in s.tokens] == hf_greedy(target, edited, 20)
+
+
 def test_unknown_engine_is_refused(tiny_target):
     with pytest.raises(ValueError, match="choose eager, compiled"):
         make_engine(tiny_target, "turbo")

@@ -129,3 +129,27 @@ def test_compiled_engine_equals_generate_fp32(smol_fp32, references, compiled_fp
         ids, ref = references[0]
         assert run_to_end(greedy_generate(smol_fp32, ids, DecodeConfig(max_new_tokens=N, ignore_eos=True),
                                           engine=compiled_fp32))[0] == ref
+
+
+def test_compiled_engine_chat_turns_from_the_kept_cache_equal_generate_fp32(smol_fp32, compiled_fp32):
+    """Five conversations of three turns on the compiled engine, each turn from the cache the last answer left
+    (assistant.runtime.prefix; conversations follow one another as in one chat session, so a new one reuses
+    the chat template's opening): every turn equals generate() on the whole conversation."""
+    from assistant.runtime.prefix import KeptCache
+
+    kept, tok = KeptCache(), smol_fp32.tokenizer
+    for c in range(5):
+        messages = []
+        for t in range(3):
+            messages.append({"role": "user", "content": PROMPTS[(3 * c + t) % len(PROMPTS)]})
+            ids = smol_fp32.encode_chat(messages)
+            steps = list(speculative_generate(smol_fp32, ids, untrained_phrase_drafter(smol_fp32),
+                                              DecodeConfig(max_new_tokens=32), engine=compiled_fp32, kept=kept))
+            out = [x for s in steps for x in s.tokens]
+            x = torch.tensor([ids])
+            ref = smol_fp32.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=32,
+                                           pad_token_id=0)[0, len(ids):].tolist()
+            assert out == ref, (c, t)
+            # after the first prompt, the chat template's opening at least comes from the cache
+            assert steps[0].tree_size < len(ids) or c == t == 0
+            messages.append({"role": "assistant", "content": tok.decode(out, skip_special_tokens=True)})

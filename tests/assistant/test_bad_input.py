@@ -122,5 +122,5 @@ class _ChunkedEager:
     def __getattr__(self, item):
         return getattr(self._e, item)
 
-    def prefill(self, cache, ids, layers=(-1,), cancel=None):
-        return self._e.prefill(cache, ids, layers, chunk=100, cancel=cancel)
+    def prefill(self, cache, ids, layers=(-1,), cancel=None, start=0):
+        return self._e.prefill(cache, ids, layers, chunk=100, cancel=cancel, start=start)

@@ -60,6 +60,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
+    from assistant.runtime.bench import first_divergence
     from assistant.session import Session, SessionConfig
 
     session = Session(SessionConfig(dtype=a.dtype, engine=a.engine, threads=a.threads, max_new_tokens=a.tokens,
@@ -81,10 +82,8 @@ def main() -> None:
         rec = {"question": a.offset + i}
         for mode in (("kept", "fresh") if i % 2 == 0 else ("fresh", "kept")):
             rec[mode] = _chat(session, turns, keep=mode == "kept")
-        rec["same"] = [k["tokens"] == f["tokens"] for k, f in zip(rec["kept"], rec["fresh"])]
-        rec["diverged_at"] = [None if same else next((j for j, (x, y) in enumerate(zip(k["tokens"], f["tokens"]))
-                                                      if x != y), min(len(k["tokens"]), len(f["tokens"])))
-                              for same, k, f in zip(rec["same"], rec["kept"], rec["fresh"])]
+        rec["diverged_at"] = [first_divergence(k["tokens"], f["tokens"]) for k, f in zip(rec["kept"], rec["fresh"])]
+        rec["same"] = [d is None for d in rec["diverged_at"]]
         records.append(rec)
         print(f"question {a.offset + i}: first token " + " / ".join(
             f"{k['first_s'] * 1e3:.0f} vs {f['first_s'] * 1e3:.0f} ms" for k, f in zip(rec["kept"], rec["fresh"]))

@@ -30,6 +30,7 @@ import torch
 
 from assistant.runtime.layout import set_layout
 from assistant.runtime.width import DEFAULT_WIDTH, WidthController
+from assistant.runtime.prefix import common_prefix
 from assistant.runtime.decode import PHASES, DecodeConfig, DecodeStats, greedy_generate, run_to_end, speculative_generate
 
 METHODS = ("hf", "pld", "greedy", "phrase")
@@ -116,10 +117,9 @@ def _layout_for(method: str, cfg: BenchConfig) -> str:
 
 
 def first_divergence(ref: Sequence[int], out: Sequence[int]) -> int | None:
-    for i, (a, b) in enumerate(zip(ref, out)):
-        if a != b:
-            return i
-    return None if len(ref) == len(out) else min(len(ref), len(out))
+    """The index of the first token where `out` differs from `ref` (None: the same tokens)."""
+    n = common_prefix(ref, out)
+    return None if n == len(ref) == len(out) else n
 
 
 def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str, Any] | None = None,

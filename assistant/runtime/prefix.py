@@ -5,11 +5,11 @@ whose keys/values its first slots hold. `take(kept, engine, prompt_ids, room)` e
 returns `(cache, start)`: a cache for an answer of `room` tokens on `engine` whose first `start`
 entries already hold `prompt_ids[:start]`, with `start` the longest common prefix of the kept ids and
 the prompt, at most `len(prompt_ids) - 1` so the prefill still computes the root's logits and
-features; without a kept cache of this engine (`kept` None or empty, another engine, nothing in
-common) a fresh cache and 0. `keep(kept, engine, cache, ids)` stores an answer's cache when it ends
-(finished, stopped, cancelled or abandoned; the decode loop keeps `ids` equal to what its cache
-holds after every commit). The engines' `resume(cache, keep, room)` does the cache side (crop, or a
-larger static cache with the prefix copied over).
+features; without a kept cache of this engine (`kept` None or empty, another engine) a fresh cache
+and 0 (a kept one that shares nothing with the prompt is reused from 0). `keep(kept, engine, cache,
+ids)` stores an answer's cache when it ends (finished, stopped, cancelled or abandoned; the decode loop
+keeps `ids` equal to what its cache holds after every commit). The engines' `resume(cache, keep,
+room)` does the cache side (eager: crop; compiled: seek, growing a static cache too small layer by layer).
 
 Why: a chat's next prompt is the whole conversation again (the previous prompt, the answer, the new
 message), so without reuse every turn prefills every earlier turn (SmolLM2 bf16 on 2 cores: 1.2 s at
@@ -65,10 +65,8 @@ def take(kept: KeptCache | None, engine, prompt_ids: Sequence[int], room: int) -
     if slot is None or slot[0] is not engine:
         return engine.new_cache(room), 0
     _, cache, ids = slot
-    start = min(common_prefix(ids, prompt_ids), len(prompt_ids) - 1)
-    if start <= 0:
-        return engine.new_cache(room), 0
-    return engine.resume(cache, start, room), start
+    start = max(min(common_prefix(ids, prompt_ids), len(prompt_ids) - 1), 0)
+    return engine.resume(cache, start, room), start     # nothing in common: the same cache, emptied
 
 
 def keep(kept: KeptCache | None, engine, cache, ids: Sequence[int]) -> None:

@@ -190,6 +190,10 @@ def test_kept_cache_is_resumed_grown_and_in_place(compiled):
     steps = list(speculative_generate(target, edited, random_phrase_drafter(target), cfg, engine=engine, kept=kept))
     assert steps[0].tree_size == 2 and cache.layers[0].keys.shape[2] == grown
     assert [t for s in steps for t in s.tokens] == hf_greedy(target, edited, 20)
+    other = [(first[0] + 1) % 256 or 3] + first[1:]          # shares nothing: the same cache from slot 0
+    steps = list(speculative_generate(target, other, random_phrase_drafter(target), cfg, engine=engine, kept=kept))
+    assert steps[0].tree_size == len(other) and kept.slot[1] is cache
+    assert [t for s in steps for t in s.tokens] == hf_greedy(target, other, 20)
 
 
 def test_unknown_engine_is_refused(tiny_target):

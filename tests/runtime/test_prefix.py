@@ -59,6 +59,10 @@ def test_an_edited_conversation_reuses_only_what_is_common(tiny_target):
     # the same prompt again: all but its last token come from the cache
     a3, steps = answer(tiny_target, edited, kept, engine)
     assert steps[0].tree_size == 1 and a3 == a2
+    # a prompt that shares nothing: the kept cache is reused from its first slot
+    other = [(edited[0] + 1) % 256 or 3] + edited[1:]
+    a4, steps = answer(tiny_target, other, kept, engine)
+    assert steps[0].tree_size == len(other) and a4 == hf_greedy(tiny_target, other, 30)
 
 
 def test_a_cancelled_or_stopped_answer_leaves_what_its_cache_holds(tiny_target):

@@ -105,9 +105,12 @@ class CompiledEngine:
 
     def __init__(self, model, max_len: int | None = None, progress: Callable[[str, float | None], None] | None = None,
                  feature_layers: Sequence[int] = (-1,), layout: str | None = None):
+        from assistant.runtime import kernels
         from assistant.runtime.layout import layout_of, packing_supported, set_layout
 
         self.model = model
+        if model.device.type == "cpu" and model.dtype == torch.bfloat16:
+            kernels.linear_bf16(progress)        # the packed layout's bf16 kernel, built once per machine
         # The graph is traced for one weight layout and, to save ~1.5 ms of guards per call, nn-module
         # guards are skipped: the layout is fixed here and checked before every call instead.
         self.layout = layout or ("packed" if packing_supported(model) else layout_of(model))

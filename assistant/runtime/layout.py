@@ -36,7 +36,8 @@ import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 LAYOUTS = ("out", "in", "packed")
-_PACKED: dict[int, torch.Tensor] = {}     # key -> oneDNN-packed weight, read by assistant::packed_linear
+_PACKED: dict[int, torch.Tensor] = {}     # key -> packed weight, read by assistant::packed_linear (oneDNN)
+_NATIVE: set[int] = set()                  # keys packed for assistant_kernels::linear instead (kernels/)
 _next_key = 0
 
 
@@ -59,6 +60,31 @@ _LIB.impl("packed_linear", packed_linear, "CPU")
 @torch.library.register_fake("assistant::packed_linear", lib=_LIB)
 def _(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
     return x.new_empty(*x.shape[:-1], out_features)
+
+
+def _packed_op(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
+    """The op of the weight under `key`: the native bf16 kernel (no Python on its way, in a graph or not)
+    or oneDNN's through assistant::packed_linear."""
+    if key in _NATIVE:
+        return torch.ops.assistant_kernels.linear(x, key, out_features)
+    return torch.ops.assistant.packed_linear(x, key, out_features)
+
+
+def _native_pack(dense: torch.Tensor) -> torch.Tensor | None:
+    """`dense` packed for the native bf16 kernel, or None where it does not run (another dtype or shape,
+    no AVX512-BF16, no compiler): oneDNN packs it then."""
+    from assistant.runtime import kernels
+
+    if not (kernels.usable(dense) and kernels.linear_bf16()):
+        return None
+    return torch.ops.assistant_kernels.pack(dense)
+
+
+def _forget(key: int) -> None:
+    _PACKED.pop(key, None)
+    if key in _NATIVE:
+        _NATIVE.discard(key)
+        torch.ops.assistant_kernels.drop(key)
 
 
 def packing_supported(model) -> bool:
@@ -107,12 +133,12 @@ class _Group:
         share one GEMM. Traced: every member calls the op and DedupPackedLinear merges the calls (a
         Python-side cache would be a side effect in the graph)."""
         if torch.compiler.is_compiling():
-            return torch.ops.assistant.packed_linear(x, self.key, self.total)
+            return _packed_op(x, self.key, self.total)
         version = -1 if x.is_inference() else x._version    # inference tensors keep no version counter
         if self.left and self.x is x and self.version == version:
             y, self.left = self.y, self.left - 1
         else:
-            y = torch.ops.assistant.packed_linear(x, self.key, self.total)
+            y = _packed_op(x, self.key, self.total)
             self.x, self.version, self.y, self.left = x, version, y, self.size - 1
         if not self.left:
             self.x = self.y = None
@@ -122,23 +148,25 @@ class _Group:
 def _packed_forward(self, x: torch.Tensor) -> torch.Tensor:
     group, start = self._assistant_group, self._assistant_start
     if group is None:
-        y = torch.ops.assistant.packed_linear(x, self._assistant_packed, self.out_features)
+        y = _packed_op(x, self._assistant_packed, self.out_features)
     else:
         y = group.product(x).narrow(-1, start, self.out_features)
     return y if self.bias is None else y + self.bias
 
 
 class DedupPackedLinear(CustomGraphPass):
-    """Inductor post-grad pass: `packed_linear` calls with the same input and key computed once (the
-    members of a group each call it; inductor does not merge calls of an opaque op by itself)."""
+    """Inductor post-grad pass: packed linear calls (either op) with the same input and key computed once
+    (the members of a group each call it; inductor does not merge calls of an opaque op by itself)."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         seen: dict[tuple, torch.fx.Node] = {}
-        op = torch.ops.assistant.packed_linear.default
+        ops = {torch.ops.assistant.packed_linear.default}
+        if hasattr(torch.ops, "assistant_kernels") and hasattr(torch.ops.assistant_kernels, "linear"):
+            ops.add(torch.ops.assistant_kernels.linear.default)
         for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is not op:
+            if node.op != "call_function" or node.target not in ops:
                 continue
-            first = seen.setdefault((node.args, tuple(sorted(node.kwargs.items()))), node)
+            first = seen.setdefault((node.target, node.args, tuple(sorted(node.kwargs.items()))), node)
             if first is not node:
                 node.replace_all_uses_with(first)
                 graph.erase_node(node)
@@ -201,9 +229,16 @@ def _pack(model) -> int:
     for members in _groups(model, shared, todo):
         key = members[0]._assistant_key
         dense = [m.weight.data.contiguous() for m in members]
-        _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(dense[0] if len(dense) == 1 else torch.cat(dense), 1)
+        dense = dense[0] if len(dense) == 1 else torch.cat(dense)
+        native = _native_pack(dense)
+        if native is not None:
+            _PACKED[key] = native
+            _NATIVE.add(key)
+            torch.ops.assistant_kernels.put(key, native)
+        else:
+            _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(dense, 1)
         del dense
-        weakref.finalize(members[0], _PACKED.pop, key, None)    # a dropped model does not leave its weights behind
+        weakref.finalize(members[0], _forget, key)    # a dropped model does not leave its weights behind
         group = _Group(key, sum(m.out_features for m in members), len(members)) if len(members) > 1 else None
         start = 0
         for mod in members:
@@ -227,7 +262,9 @@ def _unpack(model) -> int:
     for mod in mods:
         key = mod._assistant_packed
         if key not in dense:
-            dense[key] = _PACKED.pop(key).to_dense()
+            packed = _PACKED[key]
+            dense[key] = torch.ops.assistant_kernels.unpack(packed) if key in _NATIVE else packed.to_dense()
+            _forget(key)
         w = dense[key]
         left[key] -= 1
         if not left[key]:
@@ -302,6 +339,12 @@ def packed_columns(model) -> list[tuple[int, int, int]]:
     linear's output comes from, which a compiled graph bakes in as well."""
     return [(int(m._assistant_packed), int(m._assistant_start), int(m.out_features)) for m in _linears(model)
             if _is_packed(m)]
+
+
+def native_keys(model) -> list[int]:
+    """The keys of `model`'s packed weights that run on the native kernel (a compiled graph calls another op
+    for them, so a saved one is valid only where the same keys do)."""
+    return sorted({int(m._assistant_packed) for m in _linears(model) if _is_packed(m)} & _NATIVE)
 
 
 def start_keys_at(first: int) -> None:

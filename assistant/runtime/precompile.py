@@ -55,7 +55,8 @@ def _source_digest() -> str:
     layout and this module."""
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for name in ("compiled.py", "eager.py", "layout.py", "precompile.py"):
+    for name in ("compiled.py", "eager.py", "layout.py", "precompile.py", "kernels/__init__.py",
+                 "kernels/linear_bf16.cpp"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
@@ -63,14 +64,14 @@ def _source_digest() -> str:
 def artifact_key(model, layout: str, feature_layers: Sequence[int], options: dict[str, Any]) -> str:
     import transformers
 
-    from assistant.runtime.layout import packed_columns, packed_keys
+    from assistant.runtime.layout import native_keys, packed_columns, packed_keys
 
     parts = {
         "format": FORMAT, "torch": torch.__version__, "transformers": transformers.__version__,
         "python": sys.version.split()[0], "machine": platform.machine(), "cpu": _cpu_flags(),
         "config": model.config.to_json_string(use_diff=False), "dtype": str(model.dtype),
         "device": model.device.type, "layout": layout, "keys": packed_keys(model),
-        "columns": packed_columns(model),
+        "columns": packed_columns(model), "native": native_keys(model),
         "features": list(feature_layers), "options": sorted(options.items()), "source": _source_digest(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]

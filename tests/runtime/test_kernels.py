@@ -1,0 +1,121 @@
+"""assistant.runtime.kernels: the native bf16 linear equals a fp32 product rounded once, packs and unpacks
+exactly, serves the packed layout (eager and compiled), and steps aside with a reason where it cannot run."""
+import pytest
+import torch
+
+from assistant.runtime import kernels
+from assistant.runtime.layout import _NATIVE, layout_of, native_keys, set_layout
+
+from ..conftest import tiny_qwen3
+
+native = pytest.mark.skipif(not kernels.linear_bf16(), reason=f"native bf16 kernel unavailable: {kernels.problem()}")
+
+
+def _reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x.double() @ w.double().T).to(torch.bfloat16)
+
+
+@native
+@pytest.mark.parametrize("n,k", [(16, 2), (48, 64), (960, 576), (64, 1536)])
+@pytest.mark.parametrize("m", [0, 1, 3, 4, 5, 8, 9, 16, 17, 40])
+def test_linear_matches_a_product_rounded_once(n, k, m):
+    g = torch.Generator().manual_seed(n * 1000 + k + m)
+    w = (torch.randn(n, k, generator=g) * 0.1).to(torch.bfloat16)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    y = torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), n)
+    assert y.shape == (m, n) and y.dtype == torch.bfloat16
+    # fp32 accumulation in another order: at most one bf16 step from the exactly rounded product
+    torch.testing.assert_close(y.float(), _reference(x, w).float(), rtol=2 ** -7, atol=1e-3)
+
+
+@native
+def test_leading_dims_and_strided_input():
+    w = (torch.randn(32, 64) * 0.1).to(torch.bfloat16)
+    x = torch.randn(2, 3, 128).to(torch.bfloat16)[..., ::2]             # not contiguous
+    y = torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), 32)
+    assert y.shape == (2, 3, 32)
+    torch.testing.assert_close(y.float(), _reference(x, w).float(), rtol=2 ** -7, atol=1e-3)
+
+
+@native
+def test_pack_round_trip_is_exact_and_bad_shapes_are_refused():
+    w = torch.randn(48, 6).to(torch.bfloat16)
+    assert torch.equal(torch.ops.assistant_kernels.unpack(torch.ops.assistant_kernels.pack(w)), w)
+    assert not kernels.usable(torch.randn(40, 6).to(torch.bfloat16))      # 40 rows: not whole 16-column blocks
+    assert not kernels.usable(torch.randn(48, 5).to(torch.bfloat16))      # odd inputs
+    assert not kernels.usable(torch.randn(48, 6))                          # fp32: oneDNN's
+    with pytest.raises(RuntimeError, match="no weight registered"):
+        torch.ops.assistant_kernels.linear(torch.randn(1, 6).to(torch.bfloat16), -12345, 48)
+
+
+def _bf16_tiny():
+    t = tiny_qwen3(seed=8)
+    t.model.to(torch.bfloat16)
+    return t
+
+
+@native
+def test_packed_bf16_model_runs_native_and_unpacks_exactly():
+    t = _bf16_tiny()
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    x = torch.tensor([[5, 7, 9, 11, 13]])
+    with torch.no_grad():
+        ref = t.model(x).logits.float()
+        set_layout(t.model, "packed")
+        assert layout_of(t.model) == "packed"
+        keys = native_keys(t.model)
+        assert len(keys) == len(t.model.model.layers) * 4 + 1       # qkv, o, gate_up, down; lm_head
+        out = t.model(x).logits.float()
+        torch.testing.assert_close(out, ref, rtol=0.05, atol=0.05)   # bf16 rounding, other summation order
+        set_layout(t.model, "out")
+    assert not set(keys) & _NATIVE
+    for n, p in t.model.named_parameters():
+        assert torch.equal(p, before[n]), n
+
+
+@native
+@pytest.mark.slow
+def test_compiled_graph_calls_the_native_kernel():
+    """The compiled forward reads the weights through the registry (no Python kernel): a key dropped from it
+    makes the graph fail; put back, it answers again."""
+    from assistant.runtime.engine import CompiledEngine, make_engine
+    from assistant.runtime.layout import _PACKED
+    from assistant.runtime.tree import build_tree
+
+    t = _bf16_tiny()
+    engine = make_engine(t, "compiled")
+    assert isinstance(engine, CompiledEngine) and engine.check_error is not None
+    key = native_keys(t.model)[0]
+    cache = engine.new_cache(64)
+    ids = list(range(10, 30))
+    engine.prefill(cache, ids, ())
+    tree = build_tree(ids[-1], [[3, 4, 5]])
+    want, _ = engine.verify(cache, tree, len(ids))
+    torch.ops.assistant_kernels.drop(key)
+    try:
+        with pytest.raises(RuntimeError, match="no weight registered"):
+            engine.verify(cache, tree, len(ids))
+    finally:
+        torch.ops.assistant_kernels.put(key, _PACKED[key])
+    assert engine.verify(cache, tree, len(ids))[0] == want
+
+
+def test_unavailable_kernel_says_why_and_oneDNN_packs(monkeypatch, tmp_path):
+    """A failed build (here: a compiler that fails) is one line in problem() and the packed layout falls back
+    to oneDNN; ASSISTANT_KERNELS=0 turns the kernel off."""
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")
+    if kernels._cpu_has("avx512_bf16"):
+        assert not kernels.linear_bf16()
+        assert "build failed" in kernels.problem() and "\n" not in kernels.problem()
+        assert not list(tmp_path.rglob("*.so"))
+        t = _bf16_tiny()
+        from assistant.runtime.layout import packing_supported
+
+        if packing_supported(t.model):
+            set_layout(t.model, "packed")
+            assert layout_of(t.model) == "packed" and native_keys(t.model) == []
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("ASSISTANT_KERNELS", "0")
+    assert not kernels.linear_bf16() and "ASSISTANT_KERNELS=0" in kernels.problem()

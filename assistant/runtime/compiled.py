@@ -58,6 +58,9 @@ def window_attention(module, query, key, value, attention_mask, scaling=None, dr
     if not torch.compiler.is_compiling() or attention_mask is None or attention_mask.dim() != 4:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    if _native_attention(query):
+        return torch.ops.assistant_kernels.attention(query, key, value, attention_mask,
+                                                     scaling if scaling is not None else query.shape[-1] ** -0.5), None
     b, h, q, d = query.shape
     kvh = key.shape[1]
     g = h // kvh
@@ -67,6 +70,15 @@ def window_attention(module, query, key, value, attention_mask, scaling=None, dr
     probs = torch.softmax(scores.float(), dim=-1).to(query.dtype).view(b, kvh, g * q, -1)
     out = torch.matmul(probs, value).view(b, h, q, d)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _native_attention(query: torch.Tensor) -> bool:
+    """bf16 on a CPU where the native kernels run (assistant.runtime.kernels): their attention, which reads each
+    key and value once for a kv head's grouped queries and takes no aten::bmm (~40 us a call at these sizes)."""
+    from assistant.runtime import kernels
+
+    return (query.device.type == "cpu" and query.dtype == torch.bfloat16 and query.shape[-1] % 32 == 0
+            and query.shape[-1] <= 256 and kernels.loaded())
 
 
 def register_window_attention(model) -> None:
@@ -110,7 +122,7 @@ class CompiledEngine:
 
         self.model = model
         if model.device.type == "cpu" and model.dtype == torch.bfloat16:
-            kernels.linear_bf16(progress)        # the packed layout's bf16 kernel, built once per machine
+            kernels.load(progress)        # the packed layout's bf16 kernel, built once per machine
         # The graph is traced for one weight layout and, to save ~1.5 ms of guards per call, nn-module
         # guards are skipped: the layout is fixed here and checked before every call instead.
         self.layout = layout or ("packed" if packing_supported(model) else layout_of(model))

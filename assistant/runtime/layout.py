@@ -6,7 +6,9 @@ transformers loads ([out, in] contiguous); "in" stores the same values [in, out]
 contiguous, with `weight` an [out, in] view of it, so `F.linear` runs `x @ W^T` on a
 contiguous matrix. "packed" (CPU only) reorders each weight once into oneDNN's blocked
 format and runs the module through the custom op `assistant::packed_linear` (traceable by
-torch.compile, which calls it as one opaque kernel); sibling linears that read one input (GROUPS:
+torch.compile, which calls it as one opaque kernel); a bf16 weight the native kernel takes
+(assistant.runtime.kernels: AVX512-BF16, built on this machine) is packed for it instead and runs
+through `assistant_kernels::linear`, a C++ op with no Python on its way; sibling linears that read one input (GROUPS:
 q/k/v, gate/up) share one packed weight and one GEMM, each taking its columns of the product
 (`DedupPackedLinear` merges their calls in a compiled graph); the dense `weight` becomes a
 zero-stride placeholder of the same shape, except where the tensor is shared with an
@@ -75,7 +77,7 @@ def _native_pack(dense: torch.Tensor) -> torch.Tensor | None:
     no AVX512-BF16, no compiler): oneDNN packs it then."""
     from assistant.runtime import kernels
 
-    if not (kernels.usable(dense) and kernels.linear_bf16()):
+    if not (kernels.usable(dense) and kernels.load()):
         return None
     return torch.ops.assistant_kernels.pack(dense)
 

@@ -56,7 +56,7 @@ def _source_digest() -> str:
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for name in ("compiled.py", "eager.py", "layout.py", "precompile.py", "kernels/__init__.py",
-                 "kernels/linear_bf16.cpp"):
+                 "kernels/bf16.cpp"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 
@@ -64,6 +64,7 @@ def _source_digest() -> str:
 def artifact_key(model, layout: str, feature_layers: Sequence[int], options: dict[str, Any]) -> str:
     import transformers
 
+    from assistant.runtime import kernels
     from assistant.runtime.layout import native_keys, packed_columns, packed_keys
 
     parts = {
@@ -72,6 +73,8 @@ def artifact_key(model, layout: str, feature_layers: Sequence[int], options: dic
         "config": model.config.to_json_string(use_diff=False), "dtype": str(model.dtype),
         "device": model.device.type, "layout": layout, "keys": packed_keys(model),
         "columns": packed_columns(model), "native": native_keys(model),
+        # the bf16 attention kernel is in the graph where it loaded (a bf16 engine on the CPU loads it first)
+        "kernels": kernels.loaded() and model.dtype == torch.bfloat16 and model.device.type == "cpu",
         "features": list(feature_layers), "options": sorted(options.items()), "source": _source_digest(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]

@@ -8,7 +8,7 @@ from assistant.runtime.layout import _NATIVE, layout_of, native_keys, set_layout
 
 from ..conftest import tiny_qwen3
 
-native = pytest.mark.skipif(not kernels.linear_bf16(), reason=f"native bf16 kernel unavailable: {kernels.problem()}")
+native = pytest.mark.skipif(not kernels.load(), reason=f"native bf16 kernel unavailable: {kernels.problem()}")
 
 
 def _reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -46,6 +46,30 @@ def test_pack_round_trip_is_exact_and_bad_shapes_are_refused():
     assert not kernels.usable(torch.randn(48, 6))                          # fp32: oneDNN's
     with pytest.raises(RuntimeError, match="no weight registered"):
         torch.ops.assistant_kernels.linear(torch.randn(1, 6).to(torch.bfloat16), -12345, 48)
+
+
+def _attention_reference(q, k, v, mask, scale):
+    g = q.shape[1] // k.shape[1]
+    kk, vv = k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    p = torch.softmax(q.double() @ kk.transpose(2, 3) * scale + mask.double(), -1)
+    return (p @ vv).transpose(1, 2)
+
+
+@native
+@pytest.mark.parametrize("heads,kv_heads,d", [(9, 3, 64), (4, 4, 32), (8, 2, 128)])
+@pytest.mark.parametrize("q_len,n", [(1, 1), (2, 17), (5, 200), (16, 40)])
+def test_attention_matches_softmax_attention(heads, kv_heads, d, q_len, n):
+    g = torch.Generator().manual_seed(heads * 100 + q_len * 10 + n)
+    q = torch.randn(1, q_len, heads, d, generator=g).to(torch.bfloat16).transpose(1, 2)    # the model's strides
+    k = torch.randn(1, kv_heads, n + 7, d, generator=g).to(torch.bfloat16)[:, :, :n]      # a window of a cache
+    v = torch.randn(1, kv_heads, n + 7, d, generator=g).to(torch.bfloat16)[:, :, :n]
+    allowed = torch.rand(q_len, n, generator=g) < 0.7
+    allowed[:, 0] = True
+    mask = torch.zeros(q_len, n, dtype=torch.bfloat16).masked_fill_(~allowed, torch.finfo(torch.bfloat16).min)
+    out = torch.ops.assistant_kernels.attention(q, k, v, mask[None, None], d ** -0.5)
+    assert out.shape == (1, q_len, heads, d) and out.dtype == torch.bfloat16
+    ref = _attention_reference(q, k, v, mask[None, None], d ** -0.5)
+    torch.testing.assert_close(out.double(), ref, rtol=2 ** -7, atol=2e-3)
 
 
 def _bf16_tiny():
@@ -107,7 +131,7 @@ def test_unavailable_kernel_says_why_and_oneDNN_packs(monkeypatch, tmp_path):
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")
     if kernels._cpu_has("avx512_bf16"):
-        assert not kernels.linear_bf16()
+        assert not kernels.load()
         assert "build failed" in kernels.problem() and "\n" not in kernels.problem()
         assert not list(tmp_path.rglob("*.so"))
         t = _bf16_tiny()
@@ -118,4 +142,4 @@ def test_unavailable_kernel_says_why_and_oneDNN_packs(monkeypatch, tmp_path):
             assert layout_of(t.model) == "packed" and native_keys(t.model) == []
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("ASSISTANT_KERNELS", "0")
-    assert not kernels.linear_bf16() and "ASSISTANT_KERNELS=0" in kernels.problem()
+    assert not kernels.load() and "ASSISTANT_KERNELS=0" in kernels.problem()

@@ -1,15 +1,20 @@
-"""Native kernels the packed weight layout runs on, built for this machine at first use.
+"""Native bf16 kernels for decode passes on a CPU, built for this machine at first use.
 
-Contract: `linear_bf16(progress)` returns True once `torch.ops.assistant_kernels` (linear_bf16.cpp beside
-this file: a bf16 GEMM for few rows with AVX512-BF16, weights packed [N/16, K/2, 16, 2] and kept in a
-registry under the integer keys assistant.runtime.layout gives them) is loaded, building it first with
-the C++ compiler torch.compile uses on a CPU (~10 s, once per machine and torch version, into the user
-cache directory), or False where it cannot run: no AVX512-BF16, no compiler, a failed build (the reason
-is in `problem()`, and the oneDNN kernel runs instead). `usable(w)` says whether a weight fits it.
+Contract: `load(progress)` returns True once `torch.ops.assistant_kernels` (bf16.cpp beside this file, AVX512-
+BF16) is loaded, building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once per machine
+and torch version, into the user cache directory), or False where it cannot run: no AVX512-BF16, no compiler,
+a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead). `loaded()` says
+whether it ran (never builds). The ops:
+- `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
+  `pack` as [N/16, K/2, 16, 2], `unpack` gives it back), the packed layout's GEMM (assistant.runtime.layout);
+  `usable(w)` says whether a weight fits it;
+- `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
+  an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the compiled engine's attention in bf16.
 
 Why: oneDNN's bf16 linear for 1-16 rows reads SmolLM2's layer weights at half the speed this loop does
 (576x576: 109 vs 46 us at 4 rows; 960x576 123 vs 66; 49152x576 2.17 vs 2.00 ms; 2 threads, machine E,
-cache swept between calls): a decode pass streams every weight once, so the bytes a second decide.
+cache swept between calls): a decode pass streams every weight once, so the bytes a second decide. The
+attention's two aten::bmm cost ~40 us a call at a tree's sizes whatever the work.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Callable
 
 import torch
 
-SOURCE = Path(__file__).with_name("linear_bf16.cpp")
+SOURCE = Path(__file__).with_name("bf16.cpp")
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512bf16")
 
@@ -51,7 +56,7 @@ def library_path() -> Path:
 
     h = hashlib.sha256(SOURCE.read_bytes())
     h.update(f"{torch.__version__} {torch._C._GLIBCXX_USE_CXX11_ABI} {sys.version_info[:2]} {FLAGS}".encode())
-    return cache_dir() / "kernels" / f"linear_bf16-{h.hexdigest()[:16]}.so"
+    return cache_dir() / "kernels" / f"bf16-{h.hexdigest()[:16]}.so"
 
 
 def _build(out: Path) -> None:
@@ -72,7 +77,7 @@ def _build(out: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def linear_bf16(progress: Callable[[str, float | None], None] | None = None) -> bool:
+def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
     """Load (building once if needed) the bf16 kernel; False where it cannot run here (see problem())."""
     if "ok" in _state:
         return bool(_state["ok"])
@@ -97,13 +102,22 @@ def linear_bf16(progress: Callable[[str, float | None], None] | None = None) -> 
         def _(x: torch.Tensor, key: int, n: int) -> torch.Tensor:
             return x.new_empty(*x.shape[:-1], n)
 
-        _FAKE.append(_)
+        @torch.library.register_fake("assistant_kernels::attention")
+        def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float):
+            return q.new_empty(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
+
+        _FAKE.extend((_, _attention))
     _state["ok"], _state["why"] = ok, why
     return ok
 
 
+def loaded() -> bool:
+    """load() ran in this process and the kernels are loaded (never builds)."""
+    return bool(_state.get("ok"))
+
+
 def problem() -> str | None:
-    """Why linear_bf16() is False (None before it ran or when it is True)."""
+    """Why load() is False (None before it ran or when it is True)."""
     return _state.get("why")  # type: ignore[return-value]
 
 

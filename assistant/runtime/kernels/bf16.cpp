@@ -1,0 +1,281 @@
+// bf16 kernels for decode passes (1-16 tree nodes) on CPUs with AVX512-BF16: a linear and an attention.
+//
+//
+// y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation, rounded to bf16 once (as oneDNN does). W is packed once
+// as [N/16, K/2, 16, 2]: one 64-byte load gives 16 output columns x 2 inputs, the operand of one
+// vdpbf16ps; every load of W serves all rows of the tile, so W streams through the cache once a call.
+// Weights live in a registry under an integer key (the key a compiled graph bakes in), so the op takes
+// no Python on its way: assistant_kernels::linear(x, key, n).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+#include <mutex>
+#include <unordered_map>
+
+namespace {
+
+std::mutex registry_mutex;
+std::unordered_map<int64_t, at::Tensor> registry;
+
+// MT rows x NB blocks of 16 columns; w points at the first block, blocks are K2 * 32 elements apart.
+template <int MT, int NB>
+inline void tile(const uint16_t* __restrict x, int64_t K, const uint16_t* __restrict w, int64_t K2,
+                 uint16_t* __restrict y, int64_t N) {
+  __m512 acc[MT][NB];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
+  const int64_t block = K2 * 32;
+  for (int64_t kp = 0; kp < K2; ++kp) {
+    __m512bh wv[NB];
+    for (int j = 0; j < NB; ++j) wv[j] = (__m512bh)_mm512_loadu_si512(w + j * block + kp * 32);
+    for (int i = 0; i < MT; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(reinterpret_cast<const int32_t*>(x + i * K)[kp]);
+      for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NB; ++j)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i * N + j * 16), (__m256i)_mm512_cvtneps_pbh(acc[i][j]));
+}
+
+template <int NB>
+void rows(int m, const uint16_t* x, int64_t K, const uint16_t* w, int64_t K2, uint16_t* y, int64_t N) {
+  switch (m) {
+#define ROWS(r) \
+  case r:       \
+    tile<r, NB>(x, K, w, K2, y, N); \
+    break;
+    ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
+#undef ROWS
+  }
+}
+
+constexpr int64_t GROUP = 4;   // blocks of 16 columns a task takes: 64 columns, <= 196 KB of W at K = 1536
+constexpr int64_t MTILE = 8;
+
+at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && wp.scalar_type() == at::kBFloat16 && wp.dim() == 4,
+              "assistant_kernels::linear: bf16 input and a packed bf16 weight expected");
+  const at::Tensor xc = x.contiguous();
+  const int64_t K = xc.size(-1), K2 = wp.size(1), blocks = wp.size(0);
+  TORCH_CHECK(K == 2 * K2 && n == blocks * 16, "assistant_kernels::linear: shapes do not match the packed weight");
+  const int64_t M = K ? xc.numel() / K : 0;
+  std::vector<int64_t> sizes = xc.sizes().vec();
+  sizes.back() = n;
+  at::Tensor y = at::empty(sizes, xc.options());
+  const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr());
+  const auto* w = reinterpret_cast<const uint16_t*>(wp.data_ptr());
+  auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
+  const int64_t groups = (blocks + GROUP - 1) / GROUP;
+  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
+      for (int64_t m0 = 0; m0 < M; m0 += MTILE) {
+        const int m = static_cast<int>(std::min<int64_t>(MTILE, M - m0));
+        const uint16_t* xm = xp + m0 * K;
+        uint16_t* ym = yp + m0 * n + b0 * 16;
+        const uint16_t* wb = w + b0 * K2 * 32;
+        if (nb == 4 && m <= 4) {
+          rows<4>(m, xm, K, wb, K2, ym, n);
+          continue;
+        }
+        int64_t b = 0;
+        for (; b + 2 <= nb; b += 2) rows<2>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n);
+        if (b < nb) rows<1>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n);
+      }
+    }
+  });
+  return y;
+}
+
+at::Tensor linear(const at::Tensor& x, int64_t key, int64_t n) {
+  at::Tensor w;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = registry.find(key);
+    TORCH_CHECK(it != registry.end(), "assistant_kernels::linear: no weight registered under key ", key);
+    w = it->second;
+  }
+  return linear_packed(x, w, n);
+}
+
+// e^x for 16 floats (Cephes' expf polynomial, ~1 ulp); 0 below -87 (a masked score).
+inline __m512 exp16(__m512 x) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+}
+
+inline __m512 load16(const uint16_t* p) {   // 16 bf16 -> fp32
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+
+constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keeps in registers
+constexpr int64_t MAXD = 256;
+
+// Attention of few query rows over a window of the cache: q [B, H, Q, D], k/v [B, KVH, N, D], mask
+// [B or 1, 1, Q, N] additive -> [B, Q, H, D] bf16. A task takes one kv head and half of its grouped query
+// rows (G * Q), so each key and value is read by two tasks, not by every query head. Scores of 16 slots at
+// a time: the keys' d-pairs gathered across slots once per block, so each vdpbf16ps serves 16 slots and no
+// sum runs across lanes; softmax and the weighted sum in fp32, rounded to bf16 once.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     double scale) {
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
+              v.scalar_type() == at::kBFloat16 && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4,
+              "assistant_kernels::attention: bf16 [B, H, Q, D] query and [B, KVH, N, D] keys/values expected");
+  const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3), KVH = k.size(1), N = k.size(2);
+  TORCH_CHECK(D % 32 == 0 && D <= MAXD && H % KVH == 0 && v.size(2) == N && mask.size(2) == Q && mask.size(3) == N,
+              "assistant_kernels::attention: unsupported shapes");
+  const at::Tensor qc = q.stride(3) == 1 ? q : q.contiguous();
+  const at::Tensor kc = k.stride(3) == 1 ? k : k.contiguous();
+  const at::Tensor vc = v.stride(3) == 1 ? v : v.contiguous();
+  TORCH_CHECK(kc.stride(2) * (N + 16) * 2 < (int64_t{1} << 31), "assistant_kernels::attention: window too large");
+  const at::Tensor mc = mask.scalar_type() == at::kFloat ? mask.contiguous() : mask.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({B, Q, H, D}, q.options());
+  const int64_t G = H / KVH, R = G * Q, halves = R > 1 ? 2 : 1, DB = D / 16, DP = D / 2;
+  const auto* qp = reinterpret_cast<const uint16_t*>(qc.data_ptr());
+  const auto* kp = reinterpret_cast<const uint16_t*>(kc.data_ptr());
+  const auto* vp = reinterpret_cast<const uint16_t*>(vc.data_ptr());
+  const float* mp = mc.data_ptr<float>();
+  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr());
+  const int64_t mstride_b = mc.size(0) == 1 ? 0 : mc.stride(0);
+  const __m512i lanes = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int32_t)(kc.stride(2) * 2)));
+  const __m512 vscale = _mm512_set1_ps((float)scale);
+  at::parallel_for(0, B * KVH * halves, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / (KVH * halves), kh = (t / halves) % KVH, half = t % halves;
+      const int64_t r0 = half * ((R + 1) / 2), rows = half ? R - r0 : (halves == 1 ? R : (R + 1) / 2);
+      std::vector<float> scores(rows * N);
+      std::vector<const int32_t*> qrow(rows);
+      std::vector<const float*> mrow(rows);
+      std::vector<int64_t> head(rows), qi(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        head[r] = kh * G + (r0 + r) / Q;
+        qi[r] = (r0 + r) % Q;
+        qrow[r] = reinterpret_cast<const int32_t*>(qp + b * qc.stride(0) + head[r] * qc.stride(1) + qi[r] * qc.stride(2));
+        mrow[r] = mp + b * mstride_b + qi[r] * mc.stride(2);
+      }
+      const uint16_t* kb = kp + b * kc.stride(0) + kh * kc.stride(1);
+      const uint16_t* vb = vp + b * vc.stride(0) + kh * vc.stride(1);
+      __m512i kt[MAXD / 2];
+      for (int64_t j0 = 0; j0 < N; j0 += 16) {
+        const __mmask16 live = N - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j0)) - 1);
+        const char* base = reinterpret_cast<const char*>(kb + j0 * kc.stride(2));
+        for (int64_t dp = 0; dp < DP; ++dp)
+          kt[dp] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, lanes, base + 4 * dp, 1);
+        for (int64_t rt = 0; rt < rows; rt += RTILE) {
+          const int64_t n = std::min<int64_t>(RTILE, rows - rt);
+          __m512 acc[RTILE];
+          for (int64_t r = 0; r < n; ++r) acc[r] = _mm512_setzero_ps();
+          for (int64_t dp = 0; dp < DP; ++dp)
+            for (int64_t r = 0; r < n; ++r)
+              acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(qrow[rt + r][dp]), (__m512bh)kt[dp]);
+          for (int64_t r = 0; r < n; ++r) {
+            const __m512 m = _mm512_maskz_loadu_ps(live, mrow[rt + r] + j0);
+            _mm512_mask_storeu_ps(scores.data() + (rt + r) * N + j0, live, _mm512_fmadd_ps(acc[r], vscale, m));
+          }
+        }
+      }
+      std::vector<float> inv(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* s = scores.data() + r * N;
+        __m512 mv = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < N; j += 16) {
+          const __mmask16 live = N - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j)) - 1);
+          mv = _mm512_mask_max_ps(mv, live, mv, _mm512_maskz_loadu_ps(live, s + j));
+        }
+        const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < N; j += 16) {
+          const __mmask16 live = N - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j)) - 1);
+          const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), m)));
+          _mm512_mask_storeu_ps(s + j, live, e);
+          sum = _mm512_add_ps(sum, e);
+        }
+        inv[r] = 1.0f / _mm512_reduce_add_ps(sum);
+      }
+      // weighted sum: tiles of 8 rows x 2 blocks of 16 values (16 accumulators)
+      for (int64_t rt = 0; rt < rows; rt += RTILE) {
+        const int64_t n = std::min<int64_t>(RTILE, rows - rt);
+        for (int64_t c = 0; c < DB; c += 2) {
+          __m512 o0[RTILE], o1[RTILE];
+          for (int64_t r = 0; r < n; ++r) o0[r] = o1[r] = _mm512_setzero_ps();
+          for (int64_t j = 0; j < N; ++j) {
+            const uint16_t* vj = vb + j * vc.stride(2) + 16 * c;
+            const __m512 v0 = load16(vj), v1 = load16(vj + 16);
+            for (int64_t r = 0; r < n; ++r) {
+              const __m512 p = _mm512_set1_ps(scores[(rt + r) * N + j]);
+              o0[r] = _mm512_fmadd_ps(p, v0, o0[r]);
+              o1[r] = _mm512_fmadd_ps(p, v1, o1[r]);
+            }
+          }
+          for (int64_t r = 0; r < n; ++r) {
+            const int64_t rr = rt + r;
+            uint16_t* dst = op + ((b * Q + qi[rr]) * H + head[rr]) * D + 16 * c;
+            const __m512 s = _mm512_set1_ps(inv[rr]);
+            _mm256_storeu_si256((__m256i*)dst, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o0[r], s)));
+            _mm256_storeu_si256((__m256i*)(dst + 16), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o1[r], s)));
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+at::Tensor pack(const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.size(0) % 16 == 0 && w.size(1) % 2 == 0 && w.scalar_type() == at::kBFloat16,
+              "assistant_kernels::pack: a bf16 [N, K] weight with N % 16 == 0 and K even expected");
+  const int64_t N = w.size(0), K = w.size(1);
+  return w.reshape({N / 16, 16, K / 2, 2}).permute({0, 2, 1, 3}).contiguous();
+}
+
+at::Tensor unpack(const at::Tensor& wp) {
+  return wp.permute({0, 2, 1, 3}).reshape({wp.size(0) * 16, wp.size(1) * 2}).contiguous();
+}
+
+void put(int64_t key, const at::Tensor& w) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry[key] = w;
+}
+
+void drop(int64_t key) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry.erase(key);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(assistant_kernels, m) {
+  m.def("linear(Tensor x, int key, int n) -> Tensor");
+  m.def("linear_packed(Tensor x, Tensor w, int n) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
+  m.def("pack(Tensor w) -> Tensor", pack);
+  m.def("unpack(Tensor w) -> Tensor", unpack);
+  m.def("put(int key, Tensor w) -> ()", put);
+  m.def("drop(int key) -> ()", drop);
+}
+
+TORCH_LIBRARY_IMPL(assistant_kernels, CPU, m) {
+  m.impl("linear", linear);
+  m.impl("linear_packed", linear_packed);
+  m.impl("attention", attention);
+}

@@ -47,9 +47,10 @@ CPU_OPTIONS: dict = {"post_grad_custom_pre_pass": DedupPackedLinear()}
 def window_attention(module, query, key, value, attention_mask, scaling=None, dropout: float = 0.0, **kwargs):
     """Attention over the window of a static cache that the 4D mask covers ([1, 1, q, n]: the first
     n slots). Eager: transformers' own sdpa attention on that window (a no-op slice when the cache
-    is exactly the window, as a DynamicCache is). Compiled: matmul-softmax with grouped queries as
-    one [kv_heads, groups * q] block (no repeat_kv copy), which inductor fuses; the CPU flash
-    kernel spent 0.64 ms per layer at q=1 over a 1,024-slot cache."""
+    is exactly the window, as a DynamicCache is). Compiled: in bf16 on a CPU where the native
+    kernels loaded, assistant_kernels::attention (assistant.runtime.kernels); else matmul-softmax
+    with grouped queries as one [kv_heads, groups * q] block (no repeat_kv copy), which inductor
+    fuses; the CPU flash kernel spent 0.64 ms per layer at q=1 over a 1,024-slot cache."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if attention_mask is not None and attention_mask.dim() == 4:

@@ -127,13 +127,37 @@ inline __m512 load16(const uint16_t* p) {   // 16 bf16 -> fp32
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
 
+// r[i] lane j <- r[j] lane i, for 16 x 16 32-bit elements (unpack 32, unpack 64, then two 128-bit lane shuffles).
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_i32x4(u[i + j], u[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_i32x4(u[i + j], u[i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
 constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keeps in registers
 constexpr int64_t MAXD = 256;
 
 // Attention of few query rows over a window of the cache: q [B, H, Q, D], k/v [B, KVH, N, D], mask
 // [B or 1, 1, Q, N] additive -> [B, Q, H, D] bf16. A task takes one kv head and half of its grouped query
 // rows (G * Q), so each key and value is read by two tasks, not by every query head. Scores of 16 slots at
-// a time: the keys' d-pairs gathered across slots once per block, so each vdpbf16ps serves 16 slots and no
+// a time: the keys' d-pairs transposed across slots once per block, so each vdpbf16ps serves 16 slots and no
 // sum runs across lanes; softmax and the weighted sum in fp32, rounded to bf16 once.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                      double scale) {
@@ -146,7 +170,6 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const at::Tensor qc = q.stride(3) == 1 ? q : q.contiguous();
   const at::Tensor kc = k.stride(3) == 1 ? k : k.contiguous();
   const at::Tensor vc = v.stride(3) == 1 ? v : v.contiguous();
-  TORCH_CHECK(kc.stride(2) * (N + 16) * 2 < (int64_t{1} << 31), "assistant_kernels::attention: window too large");
   const at::Tensor mc = mask.scalar_type() == at::kFloat ? mask.contiguous() : mask.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({B, Q, H, D}, q.options());
   const int64_t G = H / KVH, R = G * Q, halves = R > 1 ? 2 : 1, DB = D / 16, DP = D / 2;
@@ -156,8 +179,6 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const float* mp = mc.data_ptr<float>();
   auto* op = reinterpret_cast<uint16_t*>(out.data_ptr());
   const int64_t mstride_b = mc.size(0) == 1 ? 0 : mc.stride(0);
-  const __m512i lanes = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int32_t)(kc.stride(2) * 2)));
   const __m512 vscale = _mm512_set1_ps((float)scale);
   at::parallel_for(0, B * KVH * halves, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -178,9 +199,14 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       __m512i kt[MAXD / 2];
       for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const __mmask16 live = N - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j0)) - 1);
-        const char* base = reinterpret_cast<const char*>(kb + j0 * kc.stride(2));
-        for (int64_t dp = 0; dp < DP; ++dp)
-          kt[dp] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, lanes, base + 4 * dp, 1);
+        const int64_t slots = std::min<int64_t>(16, N - j0);
+        for (int64_t h = 0; h < DP / 16; ++h) {     // 16 slots x 16 d-pairs, transposed in registers
+          __m512i rows16[16];
+          for (int64_t sl = 0; sl < 16; ++sl)
+            rows16[sl] = sl < slots ? _mm512_loadu_si512(kb + (j0 + sl) * kc.stride(2) + 32 * h) : _mm512_setzero_si512();
+          transpose16(rows16);
+          for (int64_t i = 0; i < 16; ++i) kt[16 * h + i] = rows16[i];
+        }
         for (int64_t rt = 0; rt < rows; rt += RTILE) {
           const int64_t n = std::min<int64_t>(RTILE, rows - rt);
           __m512 acc[RTILE];

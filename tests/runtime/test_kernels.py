@@ -143,3 +143,21 @@ def test_unavailable_kernel_says_why_and_oneDNN_packs(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("ASSISTANT_KERNELS", "0")
     assert not kernels.load() and "ASSISTANT_KERNELS=0" in kernels.problem()
+
+
+def test_first_load_builds_into_the_user_cache_and_says_so(monkeypatch, tmp_path):
+    """A fresh cache: load() builds with progress (once), then finds the build (no progress). The library is not
+    loaded a second time into this process (its op namespace is registered already): load_library is recorded."""
+    if not kernels._cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16")
+    loaded: list[str] = []
+    monkeypatch.setattr(torch.ops, "load_library", loaded.append)
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    for first in (True, False):
+        monkeypatch.setattr(kernels, "_state", {})
+        notes: list[str] = []
+        assert kernels.load(lambda stage, fraction: notes.append(stage)), kernels.problem()
+        assert any("building" in n for n in notes) == first
+    built = list((tmp_path / "kernels").glob("bf16-*.so"))
+    assert len(built) == 1 and loaded == [str(built[0])] * 2 and built[0] == kernels.library_path()

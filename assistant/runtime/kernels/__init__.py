@@ -91,7 +91,7 @@ def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
             path = library_path()
             if not path.is_file():
                 if progress:
-                    progress("building the bf16 linear kernel (once per machine, ~10 s)", None)
+                    progress("building the native bf16 kernels (once per machine, ~10 s)", None)
                 _build(path)
             torch.ops.load_library(str(path))
             ok = True

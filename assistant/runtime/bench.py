@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from assistant.runtime import cpuinfo
 from assistant.runtime.layout import set_layout
 from assistant.runtime.width import DEFAULT_WIDTH, WidthController
 from assistant.runtime.prefix import common_prefix
@@ -251,10 +252,8 @@ def relative_costs(width_costs: Sequence[tuple[int, float]]) -> dict[str, float]
 
 def cpu_flags() -> str:
     """The /proc/cpuinfo flags that decide CPU speed here: native bf16 and AMX (or "n/a")."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
+    flags = cpuinfo.flags()
+    if not flags:
         return "n/a"
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
     return " ".join(f for f in wanted if f in flags) or "none of " + ",".join(wanted)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from assistant.runtime import cpuinfo
 from assistant.runtime.fetch import cache_dir
 
 FORMAT = 1
@@ -41,13 +42,7 @@ def compiled_dir() -> Path:
     return d
 
 def _cpu_flags() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                return " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return platform.processor()
+    return " ".join(sorted(cpuinfo.flags())) or platform.processor()
 
 
 def _source_digest() -> str:

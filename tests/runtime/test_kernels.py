@@ -3,7 +3,7 @@ exactly, serves the packed layout (eager and compiled), and steps aside with a r
 import pytest
 import torch
 
-from assistant.runtime import kernels
+from assistant.runtime import cpuinfo, kernels
 from assistant.runtime.layout import _NATIVE, layout_of, native_keys, set_layout
 
 from ..conftest import tiny_qwen3
@@ -130,7 +130,7 @@ def test_unavailable_kernel_says_why_and_oneDNN_packs(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "false")
-    if kernels._cpu_has("avx512_bf16"):
+    if "avx512_bf16" in cpuinfo.flags():
         assert not kernels.load()
         assert "build failed" in kernels.problem() and "\n" not in kernels.problem()
         assert not list(tmp_path.rglob("*.so"))
@@ -148,7 +148,7 @@ def test_unavailable_kernel_says_why_and_oneDNN_packs(monkeypatch, tmp_path):
 def test_first_load_builds_into_the_user_cache_and_says_so(monkeypatch, tmp_path):
     """A fresh cache: load() builds with progress (once), then finds the build (no progress). The library is not
     loaded a second time into this process (its op namespace is registered already): load_library is recorded."""
-    if not kernels._cpu_has("avx512_bf16"):
+    if not "avx512_bf16" in cpuinfo.flags():
         pytest.skip("this CPU has no AVX512-BF16")
     loaded: list[str] = []
     monkeypatch.setattr(torch.ops, "load_library", loaded.append)

@@ -27,23 +27,14 @@ from typing import Callable
 
 import torch
 
+from assistant.runtime import cpuinfo
+
 SOURCE = Path(__file__).with_name("bf16.cpp")
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512bf16")
 
 _state: dict[str, object] = {}
 _FAKE: list = []            # the shape function torch.compile traces the op with, registered once a process
-
-
-def _cpu_has(flag: str) -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return flag in line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    return False
 
 
 def _compiler() -> str:
@@ -84,7 +75,7 @@ def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
     ok, why = False, None
     if os.environ.get("ASSISTANT_KERNELS", "1") == "0":
         why = "turned off (ASSISTANT_KERNELS=0)"
-    elif not (_cpu_has("avx512_bf16") and torch.backends.mkldnn.is_available()):
+    elif not ("avx512_bf16" in cpuinfo.flags() and torch.backends.mkldnn.is_available()):
         why = "this CPU has no AVX512-BF16"
     else:
         try:

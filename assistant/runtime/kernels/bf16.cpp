@@ -1,6 +1,5 @@
 // bf16 kernels for decode passes (1-16 tree nodes) on CPUs with AVX512-BF16: a linear and an attention.
 //
-//
 // y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation, rounded to bf16 once (as oneDNN does). W is packed once
 // as [N/16, K/2, 16, 2]: one 64-byte load gives 16 output columns x 2 inputs, the operand of one
 // vdpbf16ps; every load of W serves all rows of the tile, so W streams through the cache once a call.
@@ -123,6 +122,10 @@ inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
 }
 
+inline __mmask16 first_lanes(int64_t n) {   // the first min(n, 16) of 16 lanes
+  return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
 inline __m512 load16(const uint16_t* p) {   // 16 bf16 -> fp32
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
@@ -183,7 +186,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   at::parallel_for(0, B * KVH * halves, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / (KVH * halves), kh = (t / halves) % KVH, half = t % halves;
-      const int64_t r0 = half * ((R + 1) / 2), rows = half ? R - r0 : (halves == 1 ? R : (R + 1) / 2);
+      const int64_t r0 = half * ((R + 1) / 2), rows = half ? R - r0 : (R + 1) / 2;
       std::vector<float> scores(rows * N);
       std::vector<const int32_t*> qrow(rows);
       std::vector<const float*> mrow(rows);
@@ -198,7 +201,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       const uint16_t* vb = vp + b * vc.stride(0) + kh * vc.stride(1);
       __m512i kt[MAXD / 2];
       for (int64_t j0 = 0; j0 < N; j0 += 16) {
-        const __mmask16 live = N - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j0)) - 1);
+        const __mmask16 live = first_lanes(N - j0);
         const int64_t slots = std::min<int64_t>(16, N - j0);
         for (int64_t h = 0; h < DP / 16; ++h) {     // 16 slots x 16 d-pairs, transposed in registers
           __m512i rows16[16];
@@ -225,13 +228,13 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         float* s = scores.data() + r * N;
         __m512 mv = _mm512_set1_ps(-INFINITY);
         for (int64_t j = 0; j < N; j += 16) {
-          const __mmask16 live = N - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j)) - 1);
+          const __mmask16 live = first_lanes(N - j);
           mv = _mm512_mask_max_ps(mv, live, mv, _mm512_maskz_loadu_ps(live, s + j));
         }
         const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
         __m512 sum = _mm512_setzero_ps();
         for (int64_t j = 0; j < N; j += 16) {
-          const __mmask16 live = N - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (N - j)) - 1);
+          const __mmask16 live = first_lanes(N - j);
           const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), m)));
           _mm512_mask_storeu_ps(s + j, live, e);
           sum = _mm512_add_ps(sum, e);

@@ -22,27 +22,26 @@ namespace {
 std::mutex registry_mutex;
 std::unordered_map<int64_t, at::Tensor> registry;
 
-// Bytes ahead of each block's stream that a tile asks for: the hardware prefetcher does not run far enough
-// ahead of a loop busy with 8+ rows of vdpbf16ps, so DRAM idled between its loads (machine E, 2 threads,
-// every weight of SmolLM2 streamed once: 8 rows 9.1 -> 6.7 ms, 16 rows 11.5 -> 8.4 ms; 2-8 KB ahead within 5%).
-// 1-3 rows are bound by the bytes alone and the extra instructions cost them 5-10%: they ask for none.
-constexpr int PREFETCH = 4096;
+// While a task computes its group of columns it asks for the next group's W, each row tile for its share in
+// proportion to its rows: a tile busy with 8 rows of vdpbf16ps left DRAM idle (the hardware prefetcher does not
+// run far enough ahead of it), and a second row tile found its W in L2 with nothing to fetch. Every weight of
+// SmolLM2 streamed once, machine E, 2 threads: 8 rows 9.1 -> 6.3 ms, 16 rows 11.5 -> 6.6 ms (1 row: 5.9). 1-3 rows
+// are bound by the bytes alone and the extra instructions cost them 5-10%: they ask for none.
+constexpr int64_t PREFETCH_MIN_ROWS = 4;
 
-// MT rows x NB blocks of 16 columns; w points at the first block, blocks are K2 * 32 elements apart.
+// MT rows x NB blocks of 16 columns; w points at the first block, blocks are K2 * 32 elements apart. Step kp
+// also asks for the bytes [kp, kp + 1) * ahead of pf (ahead 0: none).
 template <int MT, int NB>
 inline void tile(const uint16_t* __restrict x, int64_t K, const uint16_t* __restrict w, int64_t K2,
-                 uint16_t* __restrict y, int64_t N, bool prefetch) {
+                 uint16_t* __restrict y, int64_t N, const char* pf, int64_t ahead) {
   __m512 acc[MT][NB];
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
   const int64_t block = K2 * 32;
   for (int64_t kp = 0; kp < K2; ++kp) {
+    for (int64_t off = kp * ahead; off < (kp + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
     __m512bh wv[NB];
-    for (int j = 0; j < NB; ++j) {
-      const uint16_t* wj = w + j * block + kp * 32;
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(wj) + PREFETCH, _MM_HINT_T0);
-      wv[j] = (__m512bh)_mm512_loadu_si512(wj);
-    }
+    for (int j = 0; j < NB; ++j) wv[j] = (__m512bh)_mm512_loadu_si512(w + j * block + kp * 32);
     for (int i = 0; i < MT; ++i) {
       const __m512bh xv = (__m512bh)_mm512_set1_epi32(reinterpret_cast<const int32_t*>(x + i * K)[kp]);
       for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
@@ -54,11 +53,12 @@ inline void tile(const uint16_t* __restrict x, int64_t K, const uint16_t* __rest
 }
 
 template <int NB>
-void rows(int m, const uint16_t* x, int64_t K, const uint16_t* w, int64_t K2, uint16_t* y, int64_t N, bool prefetch) {
+void rows(int m, const uint16_t* x, int64_t K, const uint16_t* w, int64_t K2, uint16_t* y, int64_t N, const char* pf,
+          int64_t ahead) {
   switch (m) {
 #define ROWS(r) \
   case r:       \
-    tile<r, NB>(x, K, w, K2, y, N, prefetch); \
+    tile<r, NB>(x, K, w, K2, y, N, pf, ahead); \
     break;
     ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
 #undef ROWS
@@ -85,19 +85,25 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
+      const uint16_t* wb = w + b0 * K2 * 32;
+      // the next group starts where this one ends; a prefetch past the weight's end never faults
+      const char* next = reinterpret_cast<const char*>(wb + nb * K2 * 32);
+      const bool fetch = M >= PREFETCH_MIN_ROWS && g + 1 < groups;
       for (int64_t m0 = 0; m0 < M; m0 += MTILE) {
         const int m = static_cast<int>(std::min<int64_t>(MTILE, M - m0));
-        const bool prefetch = m0 == 0 && M >= 4;     // later row tiles find W in L2
         const uint16_t* xm = xp + m0 * K;
         uint16_t* ym = yp + m0 * n + b0 * 16;
-        const uint16_t* wb = w + b0 * K2 * 32;
+        // this tile's share of the next group: m / M of every block, K2 steps of `per_block` bytes each
+        const int64_t per_block = fetch ? 64 * m / M : 0;
+        const char* pf = next + m0 * nb * K2 * 64 / M;
         if (nb == 4 && m <= 4) {
-          rows<4>(m, xm, K, wb, K2, ym, n, prefetch);
+          rows<4>(m, xm, K, wb, K2, ym, n, pf, 4 * per_block);
           continue;
         }
         int64_t b = 0;
-        for (; b + 2 <= nb; b += 2) rows<2>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n, prefetch);
-        if (b < nb) rows<1>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n, prefetch);
+        for (; b + 2 <= nb; b += 2)
+          rows<2>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n, pf + b * K2 * per_block, 2 * per_block);
+        if (b < nb) rows<1>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n, pf + b * K2 * per_block, per_block);
       }
     }
   });

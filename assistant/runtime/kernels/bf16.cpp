@@ -174,6 +174,57 @@ inline void transpose16(__m512i r[16]) {
 constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keeps in registers
 constexpr int64_t MAXD = 256;
 
+// The row count of a tile is a template argument so that its accumulators stay in registers (with a runtime
+// count they lived on the stack: every FMA a load and a store, the attention ~3x slower).
+
+// Scores of R query rows against 16 slots: kt holds the slots' keys as DP d-pairs (transposed), qrow[r] the rows'
+// d-pairs; scaled, masked (mrow[r] + j0) and stored to score[r] + j0 for the live lanes.
+template <int R>
+inline void score_tile(const __m512i* kt, int64_t DP, const int32_t* const* qrow, const float* const* mrow,
+                       float* const* score, int64_t j0, __mmask16 live, __m512 vscale) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t dp = 0; dp < DP; ++dp) {
+    const __m512bh kv = (__m512bh)kt[dp];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(qrow[r][dp]), kv);
+  }
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(score[r] + j0, live, _mm512_fmadd_ps(acc[r], vscale, _mm512_maskz_loadu_ps(live, mrow[r] + j0)));
+}
+
+// out[r][0:32] = sum_j prob[r][j] * v[j][0:32] * inv[r] for R rows over N slots (v rows `vstride` apart), bf16.
+template <int R>
+inline void value_tile(const float* const* prob, const float* inv, const uint16_t* v, int64_t vstride, int64_t N,
+                       uint16_t* const* out) {
+  __m512 o0[R], o1[R];
+  for (int r = 0; r < R; ++r) o0[r] = o1[r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < N; ++j) {
+    const __m512 v0 = load16(v + j * vstride), v1 = load16(v + j * vstride + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 p = _mm512_set1_ps(prob[r][j]);
+      o0[r] = _mm512_fmadd_ps(p, v0, o0[r]);
+      o1[r] = _mm512_fmadd_ps(p, v1, o1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 s = _mm512_set1_ps(inv[r]);
+    _mm256_storeu_si256((__m256i*)out[r], (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o0[r], s)));
+    _mm256_storeu_si256((__m256i*)(out[r] + 16), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o1[r], s)));
+  }
+}
+
+#define ROW_TILES(F, n, ...)                                     \
+  switch (n) {                                                   \
+    case 1: F<1>(__VA_ARGS__); break;                            \
+    case 2: F<2>(__VA_ARGS__); break;                            \
+    case 3: F<3>(__VA_ARGS__); break;                            \
+    case 4: F<4>(__VA_ARGS__); break;                            \
+    case 5: F<5>(__VA_ARGS__); break;                            \
+    case 6: F<6>(__VA_ARGS__); break;                            \
+    case 7: F<7>(__VA_ARGS__); break;                            \
+    default: F<8>(__VA_ARGS__); break;                           \
+  }
+
 // Attention of few query rows over a window of the cache: q [B, H, Q, D], k/v [B, KVH, N, D], mask
 // [B or 1, 1, Q, N] additive -> [B, Q, H, D] bf16. A task takes one kv head and half of its grouped query
 // rows (G * Q), so each key and value is read by two tasks, not by every query head. Scores of 16 slots at
@@ -200,11 +251,13 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   auto* op = reinterpret_cast<uint16_t*>(out.data_ptr());
   const int64_t mstride_b = mc.size(0) == 1 ? 0 : mc.stride(0);
   const __m512 vscale = _mm512_set1_ps((float)scale);
+  const int64_t kstride = kc.stride(2), vstride = vc.stride(2);
   at::parallel_for(0, B * KVH * halves, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / (KVH * halves), kh = (t / halves) % KVH, half = t % halves;
       const int64_t r0 = half * ((R + 1) / 2), rows = half ? R - r0 : (R + 1) / 2;
       std::vector<float> scores(rows * N);
+      std::vector<float*> srow(rows);
       std::vector<const int32_t*> qrow(rows);
       std::vector<const float*> mrow(rows);
       std::vector<int64_t> head(rows), qi(rows);
@@ -213,6 +266,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         qi[r] = (r0 + r) % Q;
         qrow[r] = reinterpret_cast<const int32_t*>(qp + b * qc.stride(0) + head[r] * qc.stride(1) + qi[r] * qc.stride(2));
         mrow[r] = mp + b * mstride_b + qi[r] * mc.stride(2);
+        srow[r] = scores.data() + r * N;
       }
       const uint16_t* kb = kp + b * kc.stride(0) + kh * kc.stride(1);
       const uint16_t* vb = vp + b * vc.stride(0) + kh * vc.stride(1);
@@ -223,26 +277,18 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         for (int64_t h = 0; h < DP / 16; ++h) {     // 16 slots x 16 d-pairs, transposed in registers
           __m512i rows16[16];
           for (int64_t sl = 0; sl < 16; ++sl)
-            rows16[sl] = sl < slots ? _mm512_loadu_si512(kb + (j0 + sl) * kc.stride(2) + 32 * h) : _mm512_setzero_si512();
+            rows16[sl] = sl < slots ? _mm512_loadu_si512(kb + (j0 + sl) * kstride + 32 * h) : _mm512_setzero_si512();
           transpose16(rows16);
           for (int64_t i = 0; i < 16; ++i) kt[16 * h + i] = rows16[i];
         }
         for (int64_t rt = 0; rt < rows; rt += RTILE) {
-          const int64_t n = std::min<int64_t>(RTILE, rows - rt);
-          __m512 acc[RTILE];
-          for (int64_t r = 0; r < n; ++r) acc[r] = _mm512_setzero_ps();
-          for (int64_t dp = 0; dp < DP; ++dp)
-            for (int64_t r = 0; r < n; ++r)
-              acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(qrow[rt + r][dp]), (__m512bh)kt[dp]);
-          for (int64_t r = 0; r < n; ++r) {
-            const __m512 m = _mm512_maskz_loadu_ps(live, mrow[rt + r] + j0);
-            _mm512_mask_storeu_ps(scores.data() + (rt + r) * N + j0, live, _mm512_fmadd_ps(acc[r], vscale, m));
-          }
+          const int n = static_cast<int>(std::min<int64_t>(RTILE, rows - rt));
+          ROW_TILES(score_tile, n, kt, DP, qrow.data() + rt, mrow.data() + rt, srow.data() + rt, j0, live, vscale)
         }
       }
       std::vector<float> inv(rows);
       for (int64_t r = 0; r < rows; ++r) {
-        float* s = scores.data() + r * N;
+        float* s = srow[r];
         __m512 mv = _mm512_set1_ps(-INFINITY);
         for (int64_t j = 0; j < N; j += 16) {
           const __mmask16 live = first_lanes(N - j);
@@ -259,27 +305,13 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         inv[r] = 1.0f / _mm512_reduce_add_ps(sum);
       }
       // weighted sum: tiles of 8 rows x 2 blocks of 16 values (16 accumulators)
+      std::vector<uint16_t*> orow(rows);
       for (int64_t rt = 0; rt < rows; rt += RTILE) {
-        const int64_t n = std::min<int64_t>(RTILE, rows - rt);
+        const int n = static_cast<int>(std::min<int64_t>(RTILE, rows - rt));
         for (int64_t c = 0; c < DB; c += 2) {
-          __m512 o0[RTILE], o1[RTILE];
-          for (int64_t r = 0; r < n; ++r) o0[r] = o1[r] = _mm512_setzero_ps();
-          for (int64_t j = 0; j < N; ++j) {
-            const uint16_t* vj = vb + j * vc.stride(2) + 16 * c;
-            const __m512 v0 = load16(vj), v1 = load16(vj + 16);
-            for (int64_t r = 0; r < n; ++r) {
-              const __m512 p = _mm512_set1_ps(scores[(rt + r) * N + j]);
-              o0[r] = _mm512_fmadd_ps(p, v0, o0[r]);
-              o1[r] = _mm512_fmadd_ps(p, v1, o1[r]);
-            }
-          }
-          for (int64_t r = 0; r < n; ++r) {
-            const int64_t rr = rt + r;
-            uint16_t* dst = op + ((b * Q + qi[rr]) * H + head[rr]) * D + 16 * c;
-            const __m512 s = _mm512_set1_ps(inv[rr]);
-            _mm256_storeu_si256((__m256i*)dst, (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o0[r], s)));
-            _mm256_storeu_si256((__m256i*)(dst + 16), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o1[r], s)));
-          }
+          for (int64_t r = 0; r < n; ++r)
+            orow[rt + r] = op + ((b * Q + qi[rt + r]) * H + head[rt + r]) * D + 16 * c;
+          ROW_TILES(value_tile, n, srow.data() + rt, inv.data() + rt, vb + 16 * c, vstride, N, orow.data() + rt)
         }
       }
     }

@@ -47,21 +47,26 @@ CPU_OPTIONS: dict = {"post_grad_custom_pre_pass": DedupPackedLinear()}
 def window_attention(module, query, key, value, attention_mask, scaling=None, dropout: float = 0.0, **kwargs):
     """Attention over the window of a static cache that the 4D mask covers ([1, 1, q, n]: the first
     n slots). Eager: transformers' own sdpa attention on that window (a no-op slice when the cache
-    is exactly the window, as a DynamicCache is). Compiled: in bf16 on a CPU where the native
-    kernels loaded, assistant_kernels::attention (assistant.runtime.kernels); else matmul-softmax
-    with grouped queries as one [kv_heads, groups * q] block (no repeat_kv copy), which inductor
-    fuses; the CPU flash kernel spent 0.64 ms per layer at q=1 over a 1,024-slot cache."""
+    is exactly the window, as a DynamicCache is). In bf16 on a CPU where the native kernels loaded,
+    with an additive mask (the engines' trees and the compiled engine's prefill chunks; generate()'s
+    boolean masks keep sdpa), assistant_kernels::attention (assistant.runtime.kernels) compiled or
+    eager: a prefill chunk of 160 tokens took 150 us a layer against sdpa's 440. Else, compiled:
+    matmul-softmax with grouped queries as one [kv_heads, groups * q] block (no repeat_kv copy), which
+    inductor fuses; the CPU flash kernel spent 0.64 ms per layer at q=1 over a 1,024-slot cache."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if attention_mask is not None and attention_mask.dim() == 4:
         n = attention_mask.shape[-1]
         key, value = key[:, :, :n], value[:, :, :n]
-    if not torch.compiler.is_compiling() or attention_mask is None or attention_mask.dim() != 4:
+    if attention_mask is None or attention_mask.dim() != 4:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    if _native_attention(query):
+    if _native_attention(query) and attention_mask.is_floating_point():
         return torch.ops.assistant_kernels.attention(query, key, value, attention_mask,
                                                      scaling if scaling is not None else query.shape[-1] ** -0.5), None
+    if not torch.compiler.is_compiling():
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
     b, h, q, d = query.shape
     kvh = key.shape[1]
     g = h // kvh

@@ -57,7 +57,7 @@ def _attention_reference(q, k, v, mask, scale):
 
 @native
 @pytest.mark.parametrize("heads,kv_heads,d", [(9, 3, 64), (4, 4, 32), (8, 2, 128)])
-@pytest.mark.parametrize("q_len,n", [(1, 1), (2, 17), (5, 200), (16, 40)])
+@pytest.mark.parametrize("q_len,n", [(1, 1), (2, 17), (5, 200), (16, 40), (100, 130)])
 def test_attention_matches_softmax_attention(heads, kv_heads, d, q_len, n):
     g = torch.Generator().manual_seed(heads * 100 + q_len * 10 + n)
     q = torch.randn(1, q_len, heads, d, generator=g).to(torch.bfloat16).transpose(1, 2)    # the model's strides
@@ -70,6 +70,32 @@ def test_attention_matches_softmax_attention(heads, kv_heads, d, q_len, n):
     assert out.shape == (1, q_len, heads, d) and out.dtype == torch.bfloat16
     ref = _attention_reference(q, k, v, mask[None, None], d ** -0.5)
     torch.testing.assert_close(out.double(), ref, rtol=2 ** -7, atol=2e-3)
+
+
+@native
+def test_eager_forward_takes_the_native_attention_for_an_additive_mask_only(monkeypatch):
+    """The engines' additive 4D masks (a prefill chunk here) run the native attention outside a compiled graph
+    too; a forward without one (generate()'s own masks) keeps sdpa."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from assistant.runtime.compiled import register_window_attention
+
+    torch.manual_seed(3)
+    cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=32, initializer_range=0.2)     # head_dim % 32 == 0: native
+    model = Qwen3ForCausalLM(cfg).eval().to(torch.bfloat16)
+    register_window_attention(model)
+    op, calls = torch.ops.assistant_kernels.attention, []
+    monkeypatch.setattr(torch.ops.assistant_kernels, "attention", lambda *a: calls.append(a[0].shape) or op(*a))
+    ids = torch.tensor([[5, 7, 9, 11, 13, 15, 17]])
+    n = ids.shape[1]
+    causal = torch.full((n, n), torch.finfo(torch.bfloat16).min, dtype=torch.bfloat16).triu(1)[None, None]
+    with torch.no_grad():
+        ref = model(ids).logits.float()
+        assert calls == []
+        out = model(ids, attention_mask=causal).logits.float()
+    assert len(calls) == cfg.num_hidden_layers and calls[0][2] == n
+    torch.testing.assert_close(out, ref, rtol=0.05, atol=0.05)
 
 
 def _bf16_tiny():

@@ -172,6 +172,7 @@ inline void transpose16(__m512i r[16]) {
 }
 
 constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keeps in registers
+constexpr int64_t TASK_ROWS = 64; // most query rows a task takes: its scores (rows x slots, fp32) stay small
 constexpr int64_t MAXD = 256;
 
 // The row count of a tile is a template argument so that its accumulators stay in registers (with a runtime
@@ -225,9 +226,10 @@ inline void value_tile(const float* const* prob, const float* inv, const uint16_
     default: F<8>(__VA_ARGS__); break;                           \
   }
 
-// Attention of few query rows over a window of the cache: q [B, H, Q, D], k/v [B, KVH, N, D], mask
-// [B or 1, 1, Q, N] additive -> [B, Q, H, D] bf16. A task takes one kv head and half of its grouped query
-// rows (G * Q), so each key and value is read by two tasks, not by every query head. Scores of 16 slots at
+// Attention of query rows over a window of the cache (a tree's nodes, or a prompt's chunk): q [B, H, Q, D],
+// k/v [B, KVH, N, D], mask [B or 1, 1, Q, N] additive -> [B, Q, H, D] bf16. A task takes one kv head and half of
+// its grouped query rows (G * Q; at most TASK_ROWS), so each key and value is read by two tasks of a decode pass,
+// not by every query head. Scores of 16 slots at
 // a time: the keys' d-pairs transposed across slots once per block, so each vdpbf16ps serves 16 slots and no
 // sum runs across lanes; softmax and the weighted sum in fp32, rounded to bf16 once.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
@@ -243,7 +245,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const at::Tensor vc = v.stride(3) == 1 ? v : v.contiguous();
   const at::Tensor mc = mask.scalar_type() == at::kFloat ? mask.contiguous() : mask.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({B, Q, H, D}, q.options());
-  const int64_t G = H / KVH, R = G * Q, halves = R > 1 ? 2 : 1, DB = D / 16, DP = D / 2;
+  const int64_t G = H / KVH, R = G * Q, DB = D / 16, DP = D / 2;
+  // half of a kv head's rows a task (two threads share each head of a decode pass), at most TASK_ROWS
+  const int64_t per = std::min<int64_t>((R + 1) / 2, TASK_ROWS), parts = (R + per - 1) / per;
   const auto* qp = reinterpret_cast<const uint16_t*>(qc.data_ptr());
   const auto* kp = reinterpret_cast<const uint16_t*>(kc.data_ptr());
   const auto* vp = reinterpret_cast<const uint16_t*>(vc.data_ptr());
@@ -252,10 +256,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const int64_t mstride_b = mc.size(0) == 1 ? 0 : mc.stride(0);
   const __m512 vscale = _mm512_set1_ps((float)scale);
   const int64_t kstride = kc.stride(2), vstride = vc.stride(2);
-  at::parallel_for(0, B * KVH * halves, 1, [&](int64_t t0, int64_t t1) {
+  at::parallel_for(0, B * KVH * parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / (KVH * halves), kh = (t / halves) % KVH, half = t % halves;
-      const int64_t r0 = half * ((R + 1) / 2), rows = half ? R - r0 : (R + 1) / 2;
+      const int64_t b = t / (KVH * parts), kh = (t / parts) % KVH, r0 = (t % parts) * per;
+      const int64_t rows = std::min<int64_t>(per, R - r0);
       std::vector<float> scores(rows * N);
       std::vector<float*> srow(rows);
       std::vector<const int32_t*> qrow(rows);

@@ -1,8 +1,9 @@
 """Verify-width cost model: how wide a tree pays off on THIS device, and in which weight layout.
 
 Contract: `verify_costs(target, widths, layout)` times one tree-verify forward of each
-width w on top of a 128-token KV cache (median of 9, the widths taken in turn) with the target's
-linear weights in `layout` (assistant.runtime.layout) and returns {w: seconds}. `choose(costs)`
+width w on top of a 128-token KV cache (median of 15, the widths taken in turn) with the target's
+linear weights in `layout` (assistant.runtime.layout) and returns {w: seconds}, made `monotone`
+(never cheaper for more nodes). `choose(costs)`
 picks the (layout, width) that maximises expected tokens per second, E(w) / t(w), with
 E(w) = 1 + 0.55 ln w (assistant.runtime.width.expected_tokens_per_pass). `calibrate(target, cap)`
 does both once per model, dtype, device and machine, caches the measurement as JSON
@@ -36,7 +37,7 @@ from assistant.runtime.layout import LAYOUTS, layout_of, set_layout
 from assistant.runtime.width import DEFAULT_WIDTH, expected_tokens_per_pass, plan_width
 
 WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)
-CACHE_VERSION = 2
+CACHE_VERSION = 3                 # 3: tables made monotone (earlier ones are measured again)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class VerifyPlan:
 
 @torch.inference_mode()
 def verify_costs(target, widths: Sequence[int] = WIDTHS, layout: str | None = None, prefix: int = 128,
-                 repeats: int = 9, engine=None) -> dict[int, float]:
+                 repeats: int = 15, engine=None) -> dict[int, float]:
     """{width: median seconds of one verify forward} in `layout` (None: as the target is) on `engine`
     (assistant.runtime.engine; None: eager). A compiled engine is measured in its own layout only."""
     from assistant.runtime.eager import EagerEngine
@@ -72,11 +73,24 @@ def verify_costs(target, widths: Sequence[int] = WIDTHS, layout: str | None = No
                 engine.verify(cache, trees[w], prefix, ())
                 samples[w].append(time.perf_counter() - t0)
                 engine.commit(cache, prefix, [])          # drop the tree's w positions again
-        costs = {w: sorted(s)[len(s) // 2] for w, s in samples.items()}
+        costs = monotone({w: sorted(s)[len(s) // 2] for w, s in samples.items()})
     finally:
         if engine.name == "eager":
             set_layout(target.model, before)
     return costs
+
+
+def monotone(costs: dict[int, float]) -> dict[int, float]:
+    """The closest costs (least squares) that never fall as the width grows: a tree of more nodes does no less
+    work (a 1-node pass runs as 2 rows), so a narrower width measured dearer than a wider one is noise of the
+    shared machine, and it would steer the width controller (pool-adjacent-violators)."""
+    blocks: list[list] = []                  # [mean, count, widths]
+    for w in sorted(costs):
+        blocks.append([costs[w], 1, [w]])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, n1, w1), (m2, n2, w2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2, w1 + w2])
+    return {w: m for m, _, ws in blocks for w in ws}
 
 
 def choose(costs: dict[str, dict[int, float]], cap: int = max(WIDTHS)) -> tuple[str, int]:

@@ -10,7 +10,8 @@ import torch
 
 from assistant.runtime import costmodel
 from assistant.runtime import threads
-from assistant.runtime.costmodel import VerifyPlan, calibrate, choose, expected_tokens_per_pass, verify_costs
+from assistant.runtime.costmodel import (VerifyPlan, calibrate, choose, expected_tokens_per_pass, monotone,
+                                          verify_costs)
 from assistant.runtime.layout import layout_of
 
 from ..conftest import tiny_qwen3
@@ -26,6 +27,15 @@ def test_choose_trades_tokens_against_cost():
     assert choose({"out": steep, "in": cheap_wide}) == ("in", 12)
     assert expected_tokens_per_pass(12) / 1.51 > expected_tokens_per_pass(3) / 1.07
     assert choose({"out": steep, "in": {1: 1.3, 3: 1.5, 12: 4.0, 16: 4.0}}) == ("out", 3)
+
+
+def test_monotone_pools_widths_measured_cheaper_than_narrower_ones():
+    # machine E's bench table of S10: w=2 measured below w=1 (which runs as 2 rows), w=16 below w=12
+    got = monotone({1: 1.0, 2: 0.9194, 4: 1.0064, 8: 1.1055, 12: 1.2011, 16: 1.1947})
+    assert got == pytest.approx({1: 0.9597, 2: 0.9597, 4: 1.0064, 8: 1.1055, 12: 1.1979, 16: 1.1979})
+    rising = {1: 1.0, 3: 1.0, 16: 1.8}
+    assert monotone(rising) == rising
+    assert monotone({1: 3.0, 2: 2.0, 4: 1.0}) == pytest.approx({1: 2.0, 2: 2.0, 4: 2.0})
 
 
 def test_verify_costs_leaves_layout():

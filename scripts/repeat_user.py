@@ -5,8 +5,8 @@ each answer recorded in a fresh profile (`assistant ask --file`). Then three fol
 answer: "again", the same question asked again in other words ("I asked you this before, but answer it
 once more: ..."); "quote", a question that quotes the first sentences of the earlier answer and asks for
 more; "same", the very same question in a new conversation (a user coming back to it another day). Both
-`assistant bench` runs answer the follow-ups with the default drafter (fp32, same engine and threads):
-once with an empty history, once drafting from the profile's past answers too (`--history`). Prints
+`assistant bench` runs answer the follow-ups with the default drafter (--dtype, fp32 by default; same engine
+and threads): once with an empty history, once drafting from the profile's past answers too (`--history`). Prints
 tokens per pass of each, per kind and for "again" + "quote" (the 40 questions that are not a plain
 repeat), the gain, and whether every answer is token for token the same in both runs. With --cycle the
 adapter runs one cycle on the 20 earlier answers between the two runs (`assistant adapt --once`: what the
@@ -14,7 +14,7 @@ background adapter does once 20 answers are pending), so the second run drafts w
 published; the first run is a fresh user's (the shipped head) either way.
 
 usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
-           [--engine compiled] [--cycle]
+           [--engine compiled] [--dtype fp32] [--cycle]
 """
 from __future__ import annotations
 
@@ -54,13 +54,15 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--engine", default="compiled")
+    ap.add_argument("--dtype", default="fp32", help="fp32: both runs' answers are the same token for token; bf16 "
+                                                    "(auto on AVX512-BF16) may round apart where the trees differ")
     ap.add_argument("--cycle", action="store_true", help="one adapter cycle between the two runs")
     a = ap.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ASSISTANT_HOME=str(out / "home"))
     cli = [sys.executable, "-m", "assistant.cli"]
-    common = ["--dtype", "fp32", "--engine", a.engine, "--threads", str(a.threads)]
+    common = ["--dtype", a.dtype, "--engine", a.engine, "--threads", str(a.threads)]
 
     earlier = []
     for name, lo, hi in EARLIER:
@@ -89,7 +91,7 @@ def main() -> None:
     for i, (label, extra) in enumerate((("empty", []), ("history", ["--history"]))):
         if label == "history" and a.cycle:
             print("adapter cycle on the earlier answers", file=sys.stderr)
-            r = subprocess.run(cli + ["adapt", "--once", "--profile", "repeat", "--json", "--dtype", "fp32"], env=env,
+            r = subprocess.run(cli + ["adapt", "--once", "--profile", "repeat", "--json", "--dtype", a.dtype], env=env,
                                capture_output=True, text=True)
             if "{" not in r.stdout:
                 sys.exit(f"adapt failed: {r.stderr.strip().splitlines()[-1:]}")
@@ -123,7 +125,8 @@ def main() -> None:
               file=sys.stderr)
     print(json.dumps({"kinds": table, "cycle": cycle, "same_verify_costs": costs[0] == costs[1],
                       "verify_costs": costs[1], "banked_by_source_history": h.get("banked_by_source"),
-                      "identical_outputs": f"{same}/{len(follow)}", "engine": a.engine, "threads": a.threads,
+                      "identical_outputs": f"{same}/{len(follow)}", "engine": a.engine, "dtype": a.dtype,
+                      "threads": a.threads,
                       "cpu_flags": reports["history"].get("cpu_flags")}, indent=1))
 
 

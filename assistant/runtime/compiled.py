@@ -127,8 +127,8 @@ class CompiledEngine:
         from assistant.runtime.layout import layout_of, packing_supported, set_layout
 
         self.model = model
-        if model.device.type == "cpu" and model.dtype == torch.bfloat16:
-            kernels.load(progress)        # the packed layout's bf16 kernel, built once per machine
+        if model.device.type == "cpu" and model.dtype in (torch.bfloat16, torch.float32):
+            kernels.load(progress)        # the packed layout's kernels, built once per machine
         # The graph is traced for one weight layout and, to save ~1.5 ms of guards per call, nn-module
         # guards are skipped: the layout is fixed here and checked before every call instead.
         self.layout = layout or ("packed" if packing_supported(model) else layout_of(model))

@@ -6,8 +6,8 @@ transformers loads ([out, in] contiguous); "in" stores the same values [in, out]
 contiguous, with `weight` an [out, in] view of it, so `F.linear` runs `x @ W^T` on a
 contiguous matrix. "packed" (CPU only) reorders each weight once into oneDNN's blocked
 format and runs the module through the custom op `assistant::packed_linear` (traceable by
-torch.compile, which calls it as one opaque kernel); a bf16 weight the native kernel takes
-(assistant.runtime.kernels: AVX512-BF16, built on this machine) is packed for it instead and runs
+torch.compile, which calls it as one opaque kernel); a bf16 or fp32 weight the native kernel takes
+(assistant.runtime.kernels: AVX512-BF16 CPUs, built on this machine) is packed for it instead and runs
 through `assistant_kernels::linear`, a C++ op with no Python on its way; sibling linears that read one input (GROUPS:
 q/k/v, gate/up) share one packed weight and one GEMM, each taking its columns of the product
 (`DedupPackedLinear` merges their calls in a compiled graph); the dense `weight` becomes a
@@ -65,7 +65,7 @@ def _(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
 
 
 def _packed_op(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
-    """The op of the weight under `key`: the native bf16 kernel (no Python on its way, in a graph or not)
+    """The op of the weight under `key`: the native kernel (no Python on its way, in a graph or not)
     or oneDNN's through assistant::packed_linear."""
     if key in _NATIVE:
         return torch.ops.assistant_kernels.linear(x, key, out_features)
@@ -73,7 +73,7 @@ def _packed_op(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
 
 
 def _native_pack(dense: torch.Tensor) -> torch.Tensor | None:
-    """`dense` packed for the native bf16 kernel, or None where it does not run (another dtype or shape,
+    """`dense` packed for the native kernel, or None where it does not run (another dtype or shape,
     no AVX512-BF16, no compiler): oneDNN packs it then."""
     from assistant.runtime import kernels
 

@@ -51,7 +51,7 @@ def _source_digest() -> str:
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for name in ("compiled.py", "eager.py", "layout.py", "precompile.py", "kernels/__init__.py",
-                 "kernels/bf16.cpp"):
+                 "kernels/cpu.cpp"):
         h.update((here / name).read_bytes())
     return h.hexdigest()
 

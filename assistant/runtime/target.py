@@ -114,7 +114,7 @@ def load_target(spec: str = "default", dtype: str = "fp32", device: str = "auto"
         if not os.path.isdir(spec) and os.path.sep in spec and not spec.count("/") == 1:
             raise ModelFetchError(f"model directory not found: {spec}")
     model = load_model(path, dtype, dev, spec)      # first: it refuses a dtype the device cannot run
-    if dev.type == "cpu" and model.dtype == torch.bfloat16:
+    if dev.type == "cpu" and model.dtype in (torch.bfloat16, torch.float32):
         from assistant.runtime import kernels
 
         kernels.load(progress)      # built once per machine; its packed layout and compiled engine run on them

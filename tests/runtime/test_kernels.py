@@ -1,5 +1,6 @@
-"""assistant.runtime.kernels: the native bf16 linear equals a fp32 product rounded once, packs and unpacks
-exactly, serves the packed layout (eager and compiled), and steps aside with a reason where it cannot run."""
+"""assistant.runtime.kernels: the native bf16 linear equals a fp32 product rounded once (the fp32 one a float64
+product), packs and unpacks exactly, serves the packed layout (eager and compiled), and steps aside with a reason
+where it cannot run."""
 import pytest
 import torch
 
@@ -29,6 +30,21 @@ def test_linear_matches_a_product_rounded_once(n, k, m):
 
 
 @native
+@pytest.mark.parametrize("n,k", [(16, 3), (48, 64), (960, 576), (64, 1536)])
+@pytest.mark.parametrize("m", [0, 1, 3, 4, 5, 8, 9, 16, 17, 40])
+def test_fp32_linear_matches_a_float64_product(n, k, m):
+    g = torch.Generator().manual_seed(n * 1000 + k + m)
+    w = torch.randn(n, k, generator=g) * 0.1
+    x = torch.randn(m, k, generator=g)
+    wp = torch.ops.assistant_kernels.pack(w)
+    assert wp.dtype == torch.float32 and torch.equal(torch.ops.assistant_kernels.unpack(wp), w)
+    y = torch.ops.assistant_kernels.linear_packed(x, wp, n)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    # fp32 sums in another order than the float64 one: a few ulps of the row's magnitude
+    torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
+
+
+@native
 def test_leading_dims_and_strided_input():
     w = (torch.randn(32, 64) * 0.1).to(torch.bfloat16)
     x = torch.randn(2, 3, 128).to(torch.bfloat16)[..., ::2]             # not contiguous
@@ -43,7 +59,10 @@ def test_pack_round_trip_is_exact_and_bad_shapes_are_refused():
     assert torch.equal(torch.ops.assistant_kernels.unpack(torch.ops.assistant_kernels.pack(w)), w)
     assert not kernels.usable(torch.randn(40, 6).to(torch.bfloat16))      # 40 rows: not whole 16-column blocks
     assert not kernels.usable(torch.randn(48, 5).to(torch.bfloat16))      # odd inputs
-    assert not kernels.usable(torch.randn(48, 6))                          # fp32: oneDNN's
+    assert kernels.usable(torch.randn(48, 5)) and not kernels.usable(torch.randn(40, 6))   # fp32: any K
+    assert not kernels.usable(torch.randn(48, 6).half())                  # fp16: oneDNN's
+    with pytest.raises(RuntimeError, match="a packed weight of its dtype"):
+        torch.ops.assistant_kernels.linear_packed(torch.randn(1, 6), torch.ops.assistant_kernels.pack(w), 48)
     with pytest.raises(RuntimeError, match="no weight registered"):
         torch.ops.assistant_kernels.linear(torch.randn(1, 6).to(torch.bfloat16), -12345, 48)
 
@@ -185,5 +204,5 @@ def test_first_load_builds_into_the_user_cache_and_says_so(monkeypatch, tmp_path
         notes: list[str] = []
         assert kernels.load(lambda stage, fraction: notes.append(stage)), kernels.problem()
         assert any("building" in n for n in notes) == first
-    built = list((tmp_path / "kernels").glob("bf16-*.so"))
+    built = list((tmp_path / "kernels").glob("cpu-*.so"))
     assert len(built) == 1 and loaded == [str(built[0])] * 2 and built[0] == kernels.library_path()

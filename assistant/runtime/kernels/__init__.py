@@ -1,20 +1,21 @@
-"""Native bf16 kernels for decode passes on a CPU, built for this machine at first use.
+"""Native kernels for decode passes on a CPU (AVX512-BF16), built for this machine at first use.
 
-Contract: `load(progress)` returns True once `torch.ops.assistant_kernels` (bf16.cpp beside this file, AVX512-
+Contract: `load(progress)` returns True once `torch.ops.assistant_kernels` (cpu.cpp beside this file, AVX512-
 BF16) is loaded, building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once per machine
 and torch version, into the user cache directory), or False where it cannot run: no AVX512-BF16, no compiler,
 a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead). `loaded()` says
 whether it ran (never builds). The ops:
 - `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
-  `pack` as [N/16, K/2, 16, 2], `unpack` gives it back), the packed layout's GEMM (assistant.runtime.layout);
-  `usable(w)` says whether a weight fits it;
+  `pack`, bf16 as [N/16, K/2, 16, 2] and fp32 as [N/16, K, 16], `unpack` gives it back exactly), the packed
+  layout's GEMM (assistant.runtime.layout) in both dtypes; `usable(w)` says whether a weight fits it;
 - `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
-  an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the compiled engine's attention in bf16.
+  an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention in bf16 (trees and prefill chunks).
 
-Why: oneDNN's bf16 linear for 1-16 rows reads SmolLM2's layer weights at half the speed this loop does
-(576x576: 109 vs 46 us at 4 rows; 960x576 123 vs 66; 49152x576 2.17 vs 2.00 ms; 2 threads, machine E,
-cache swept between calls): a decode pass streams every weight once, so the bytes a second decide. The
-attention's two aten::bmm cost ~40 us a call at a tree's sizes whatever the work.
+Why: oneDNN's linear for 1-16 rows reads SmolLM2's layer weights at half the speed this loop does (bf16 576x576:
+109 vs 46 us at 4 rows; 960x576 123 vs 66; 49152x576 2.17 vs 2.00 ms; 2 threads, machine E, cache swept between
+calls; a whole fp32 verify pass 28.3 vs 16.4 ms at 1 node, 38.2 vs 20.3 at 16): a decode pass streams every
+weight once, so the bytes a second decide. The attention's two aten::bmm cost ~40 us a call at a tree's sizes
+whatever the work. fp32 stays exact where it was: the exactness tests against generate() run on this kernel.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import torch
 
 from assistant.runtime import cpuinfo
 
-SOURCE = Path(__file__).with_name("bf16.cpp")
+SOURCE = Path(__file__).with_name("cpu.cpp")
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512bf16")
 
@@ -47,7 +48,7 @@ def library_path() -> Path:
 
     h = hashlib.sha256(SOURCE.read_bytes())
     h.update(f"{torch.__version__} {torch._C._GLIBCXX_USE_CXX11_ABI} {sys.version_info[:2]} {FLAGS}".encode())
-    return cache_dir() / "kernels" / f"bf16-{h.hexdigest()[:16]}.so"
+    return cache_dir() / "kernels" / f"cpu-{h.hexdigest()[:16]}.so"
 
 
 def _build(out: Path) -> None:
@@ -82,7 +83,7 @@ def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
             path = library_path()
             if not path.is_file():
                 if progress:
-                    progress("building the native bf16 kernels (once per machine, ~10 s)", None)
+                    progress("building the native kernels (once per machine, ~10 s)", None)
                 _build(path)
             torch.ops.load_library(str(path))
             ok = True
@@ -113,5 +114,6 @@ def problem() -> str | None:
 
 
 def usable(w: torch.Tensor) -> bool:
-    """A weight the kernel takes: bf16 [N, K] with N a multiple of 16 and K even."""
-    return w.dtype == torch.bfloat16 and w.dim() == 2 and w.shape[0] % 16 == 0 and w.shape[1] % 2 == 0
+    """A weight the linear takes: [N, K] with N a multiple of 16, bf16 with K even or fp32."""
+    return (w.dim() == 2 and w.shape[0] % 16 == 0
+            and (w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and w.shape[1] % 2 == 0)))

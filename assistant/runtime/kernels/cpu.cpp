@@ -1,8 +1,10 @@
-// bf16 kernels for decode passes (1-16 tree nodes) on CPUs with AVX512-BF16: a linear and an attention.
+// Kernels for decode passes (1-16 tree nodes) on CPUs with AVX512-BF16: a linear (bf16 and fp32) and a bf16
+// attention.
 //
-// y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation, rounded to bf16 once (as oneDNN does). W is packed once
-// as [N/16, K/2, 16, 2]: one 64-byte load gives 16 output columns x 2 inputs, the operand of one
-// vdpbf16ps; every load of W serves all rows of the tile, so W streams through the cache once a call.
+// y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation (bf16: rounded to bf16 once, as oneDNN does). W is packed once,
+// bf16 as [N/16, K/2, 16, 2] (one 64-byte load gives 16 output columns x 2 inputs, the operand of one
+// vdpbf16ps), fp32 as [N/16, K, 16] (16 columns x 1 input, one FMA); every load of W serves all rows of the tile,
+// so W streams through the cache once a call.
 // Weights live in a registry under an integer key (the key a compiled graph bakes in), so the op takes
 // no Python on its way: assistant_kernels::linear(x, key, n).
 #include <ATen/ATen.h>
@@ -29,84 +31,121 @@ std::unordered_map<int64_t, at::Tensor> registry;
 // are bound by the bytes alone and the extra instructions cost them 5-10%: they ask for none.
 constexpr int64_t PREFETCH_MIN_ROWS = 4;
 
-// MT rows x NB blocks of 16 columns; w points at the first block, blocks are K2 * 32 elements apart. Step kp
-// also asks for the bytes [kp, kp + 1) * ahead of pf (ahead 0: none).
-template <int MT, int NB>
-inline void tile(const uint16_t* __restrict x, int64_t K, const uint16_t* __restrict w, int64_t K2,
-                 uint16_t* __restrict y, int64_t N, const char* pf, int64_t ahead) {
+// The two element types of the GEMM: every step of a tile reads 64 bytes of each block of W (bf16: 16 columns x
+// 2 inputs for one vdpbf16ps; fp32: 16 columns x 1 input for one FMA) and broadcasts the rows' matching inputs.
+struct Bf16 {
+  using T = uint16_t;
+  using V = __m512bh;
+  static constexpr int64_t K_STEP = 2;          // inputs a step consumes
+  static V w(const T* p) { return (V)_mm512_loadu_si512(p); }
+  static V x(const T* row, int64_t s) { return (V)_mm512_set1_epi32(reinterpret_cast<const int32_t*>(row)[s]); }
+  static __m512 fma(__m512 acc, V x, V w) { return _mm512_dpbf16_ps(acc, x, w); }
+  static void store(T* y, __m512 acc) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), (__m256i)_mm512_cvtneps_pbh(acc));
+  }
+};
+
+struct F32 {
+  using T = float;
+  using V = __m512;
+  static constexpr int64_t K_STEP = 1;
+  static V w(const T* p) { return _mm512_loadu_ps(p); }
+  static V x(const T* row, int64_t s) { return _mm512_set1_ps(row[s]); }
+  static __m512 fma(__m512 acc, V x, V w) { return _mm512_fmadd_ps(x, w, acc); }
+  static void store(T* y, __m512 acc) { _mm512_storeu_ps(y, acc); }
+};
+
+// MT rows x NB blocks of 16 columns over `steps` steps; w points at the first block, blocks are steps * 64 bytes
+// apart. Step s also asks for the bytes [s, s + 1) * ahead of pf (ahead 0: none).
+template <class E, int MT, int NB>
+inline void tile(const typename E::T* __restrict x, int64_t K, const typename E::T* __restrict w, int64_t steps,
+                 typename E::T* __restrict y, int64_t N, const char* pf, int64_t ahead) {
+  constexpr int64_t PER = 64 / sizeof(typename E::T);      // elements of a block a step reads
   __m512 acc[MT][NB];
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
-  const int64_t block = K2 * 32;
-  for (int64_t kp = 0; kp < K2; ++kp) {
-    for (int64_t off = kp * ahead; off < (kp + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
-    __m512bh wv[NB];
-    for (int j = 0; j < NB; ++j) wv[j] = (__m512bh)_mm512_loadu_si512(w + j * block + kp * 32);
+  const int64_t block = steps * PER;
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t off = s * ahead; off < (s + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+    typename E::V wv[NB];
+    for (int j = 0; j < NB; ++j) wv[j] = E::w(w + j * block + s * PER);
     for (int i = 0; i < MT; ++i) {
-      const __m512bh xv = (__m512bh)_mm512_set1_epi32(reinterpret_cast<const int32_t*>(x + i * K)[kp]);
-      for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+      const typename E::V xv = E::x(x + i * K, s);
+      for (int j = 0; j < NB; ++j) acc[i][j] = E::fma(acc[i][j], xv, wv[j]);
     }
   }
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NB; ++j)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i * N + j * 16), (__m256i)_mm512_cvtneps_pbh(acc[i][j]));
+    for (int j = 0; j < NB; ++j) E::store(y + i * N + j * 16, acc[i][j]);
 }
 
-template <int NB>
-void rows(int m, const uint16_t* x, int64_t K, const uint16_t* w, int64_t K2, uint16_t* y, int64_t N, const char* pf,
-          int64_t ahead) {
+template <class E, int NB>
+void rows(int m, const typename E::T* x, int64_t K, const typename E::T* w, int64_t steps, typename E::T* y, int64_t N,
+          const char* pf, int64_t ahead) {
   switch (m) {
 #define ROWS(r) \
   case r:       \
-    tile<r, NB>(x, K, w, K2, y, N, pf, ahead); \
+    tile<E, r, NB>(x, K, w, steps, y, N, pf, ahead); \
     break;
     ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
 #undef ROWS
   }
 }
 
-constexpr int64_t GROUP = 4;   // blocks of 16 columns a task takes: 64 columns, <= 196 KB of W at K = 1536
+constexpr int64_t GROUP = 4;   // blocks of 16 columns a task takes: 64 columns, <= 196 KB of bf16 W at K = 1536
 constexpr int64_t MTILE = 8;
 
-at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && wp.scalar_type() == at::kBFloat16 && wp.dim() == 4,
-              "assistant_kernels::linear: bf16 input and a packed bf16 weight expected");
-  const at::Tensor xc = x.contiguous();
-  const int64_t K = xc.size(-1), K2 = wp.size(1), blocks = wp.size(0);
-  TORCH_CHECK(K == 2 * K2 && n == blocks * 16, "assistant_kernels::linear: shapes do not match the packed weight");
-  const int64_t M = K ? xc.numel() / K : 0;
-  std::vector<int64_t> sizes = xc.sizes().vec();
-  sizes.back() = n;
-  at::Tensor y = at::empty(sizes, xc.options());
-  const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr());
-  const auto* w = reinterpret_cast<const uint16_t*>(wp.data_ptr());
-  auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr());
+template <class E>
+void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w, int64_t steps, int64_t blocks,
+          typename E::T* yp, int64_t n) {
+  constexpr int64_t PER = 64 / sizeof(typename E::T);
   const int64_t groups = (blocks + GROUP - 1) / GROUP;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
-      const uint16_t* wb = w + b0 * K2 * 32;
+      const typename E::T* wb = w + b0 * steps * PER;
       // the next group starts where this one ends; a prefetch past the weight's end never faults
-      const char* next = reinterpret_cast<const char*>(wb + nb * K2 * 32);
+      const char* next = reinterpret_cast<const char*>(wb + nb * steps * PER);
       const bool fetch = M >= PREFETCH_MIN_ROWS && g + 1 < groups;
       for (int64_t m0 = 0; m0 < M; m0 += MTILE) {
         const int m = static_cast<int>(std::min<int64_t>(MTILE, M - m0));
-        const uint16_t* xm = xp + m0 * K;
-        uint16_t* ym = yp + m0 * n + b0 * 16;
-        // this tile's share of the next group: m / M of every block, K2 steps of `per_block` bytes each
+        const typename E::T* xm = xp + m0 * K;
+        typename E::T* ym = yp + m0 * n + b0 * 16;
+        // this tile's share of the next group: m / M of every block, `steps` steps of `per_block` bytes each
         const int64_t per_block = fetch ? 64 * m / M : 0;
-        const char* pf = next + m0 * nb * K2 * 64 / M;
+        const char* pf = next + m0 * nb * steps * 64 / M;
         if (nb == 4 && m <= 4) {
-          rows<4>(m, xm, K, wb, K2, ym, n, pf, 4 * per_block);
+          rows<E, 4>(m, xm, K, wb, steps, ym, n, pf, 4 * per_block);
           continue;
         }
         int64_t b = 0;
         for (; b + 2 <= nb; b += 2)
-          rows<2>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n, pf + b * K2 * per_block, 2 * per_block);
-        if (b < nb) rows<1>(m, xm, K, wb + b * K2 * 32, K2, ym + b * 16, n, pf + b * K2 * per_block, per_block);
+          rows<E, 2>(m, xm, K, wb + b * steps * PER, steps, ym + b * 16, n, pf + b * steps * per_block, 2 * per_block);
+        if (b < nb)
+          rows<E, 1>(m, xm, K, wb + b * steps * PER, steps, ym + b * 16, n, pf + b * steps * per_block, per_block);
       }
     }
   });
+}
+
+// bf16 W packed [N/16, K/2, 16, 2]; fp32 W packed [N/16, K, 16]
+at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
+  const bool bf16 = wp.scalar_type() == at::kBFloat16 && wp.dim() == 4;
+  TORCH_CHECK((bf16 && x.scalar_type() == at::kBFloat16) ||
+              (wp.scalar_type() == at::kFloat && wp.dim() == 3 && x.scalar_type() == at::kFloat),
+              "assistant_kernels::linear: a bf16 or fp32 input and a packed weight of its dtype expected");
+  const at::Tensor xc = x.contiguous();
+  const int64_t K = xc.size(-1), steps = wp.size(1), blocks = wp.size(0);
+  TORCH_CHECK(K == steps * (bf16 ? 2 : 1) && n == blocks * 16,
+              "assistant_kernels::linear: shapes do not match the packed weight");
+  const int64_t M = K ? xc.numel() / K : 0;
+  std::vector<int64_t> sizes = xc.sizes().vec();
+  sizes.back() = n;
+  at::Tensor y = at::empty(sizes, xc.options());
+  if (bf16)
+    gemm<Bf16>(reinterpret_cast<const uint16_t*>(xc.data_ptr()), M, K, reinterpret_cast<const uint16_t*>(wp.data_ptr()),
+               steps, blocks, reinterpret_cast<uint16_t*>(y.data_ptr()), n);
+  else
+    gemm<F32>(xc.data_ptr<float>(), M, K, wp.data_ptr<float>(), steps, blocks, y.data_ptr<float>(), n);
   return y;
 }
 
@@ -190,7 +229,8 @@ inline void score_tile(const __m512i* kt, int64_t DP, const int32_t* const* qrow
     for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(qrow[r][dp]), kv);
   }
   for (int r = 0; r < R; ++r)
-    _mm512_mask_storeu_ps(score[r] + j0, live, _mm512_fmadd_ps(acc[r], vscale, _mm512_maskz_loadu_ps(live, mrow[r] + j0)));
+    _mm512_mask_storeu_ps(score[r] + j0, live,
+                          _mm512_fmadd_ps(acc[r], vscale, _mm512_maskz_loadu_ps(live, mrow[r] + j0)));
 }
 
 // out[r][0:32] = sum_j prob[r][j] * v[j][0:32] * inv[r] for R rows over N slots (v rows `vstride` apart), bf16.
@@ -268,7 +308,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       for (int64_t r = 0; r < rows; ++r) {
         head[r] = kh * G + (r0 + r) / Q;
         qi[r] = (r0 + r) % Q;
-        qrow[r] = reinterpret_cast<const int32_t*>(qp + b * qc.stride(0) + head[r] * qc.stride(1) + qi[r] * qc.stride(2));
+        qrow[r] = reinterpret_cast<const int32_t*>(qp + b * qc.stride(0) + head[r] * qc.stride(1) +
+                                                   qi[r] * qc.stride(2));
         mrow[r] = mp + b * mstride_b + qi[r] * mc.stride(2);
         srow[r] = scores.data() + r * N;
       }
@@ -324,13 +365,17 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 }
 
 at::Tensor pack(const at::Tensor& w) {
-  TORCH_CHECK(w.dim() == 2 && w.size(0) % 16 == 0 && w.size(1) % 2 == 0 && w.scalar_type() == at::kBFloat16,
-              "assistant_kernels::pack: a bf16 [N, K] weight with N % 16 == 0 and K even expected");
+  TORCH_CHECK(w.dim() == 2 && w.size(0) % 16 == 0 &&
+              ((w.scalar_type() == at::kBFloat16 && w.size(1) % 2 == 0) || w.scalar_type() == at::kFloat),
+              "assistant_kernels::pack: a bf16 [N, K] weight with N % 16 == 0 and K even, or an fp32 one with "
+              "N % 16 == 0, expected");
   const int64_t N = w.size(0), K = w.size(1);
+  if (w.scalar_type() == at::kFloat) return w.reshape({N / 16, 16, K}).permute({0, 2, 1}).contiguous();
   return w.reshape({N / 16, 16, K / 2, 2}).permute({0, 2, 1, 3}).contiguous();
 }
 
 at::Tensor unpack(const at::Tensor& wp) {
+  if (wp.dim() == 3) return wp.permute({0, 2, 1}).reshape({wp.size(0) * 16, wp.size(1)}).contiguous();
   return wp.permute({0, 2, 1, 3}).reshape({wp.size(0) * 16, wp.size(1) * 2}).contiguous();
 }
 

@@ -135,7 +135,7 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
               "assistant_kernels::linear: a bf16 or fp32 input and a packed weight of its dtype expected");
   const at::Tensor xc = x.contiguous();
   const int64_t K = xc.size(-1), steps = wp.size(1), blocks = wp.size(0);
-  TORCH_CHECK(K == steps * (bf16 ? 2 : 1) && n == blocks * 16,
+  TORCH_CHECK(K == steps * (bf16 ? Bf16::K_STEP : F32::K_STEP) && n == blocks * 16,
               "assistant_kernels::linear: shapes do not match the packed weight");
   const int64_t M = K ? xc.numel() / K : 0;
   std::vector<int64_t> sizes = xc.sizes().vec();

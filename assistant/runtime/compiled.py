@@ -55,22 +55,19 @@ def window_attention(module, query, key, value, attention_mask, scaling=None, dr
     inductor fuses; the CPU flash kernel spent 0.64 ms per layer at q=1 over a 1,024-slot cache."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if attention_mask is not None and attention_mask.dim() == 4:
+    window = attention_mask is not None and attention_mask.dim() == 4
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if window:
         n = attention_mask.shape[-1]
         key, value = key[:, :, :n], value[:, :, :n]
-    if attention_mask is None or attention_mask.dim() != 4:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    if _native_attention(query) and attention_mask.is_floating_point():
-        return torch.ops.assistant_kernels.attention(query, key, value, attention_mask,
-                                                     scaling if scaling is not None else query.shape[-1] ** -0.5), None
-    if not torch.compiler.is_compiling():
+        if _native_attention(query) and attention_mask.is_floating_point():
+            return torch.ops.assistant_kernels.attention(query, key, value, attention_mask, scale), None
+    if not (window and torch.compiler.is_compiling()):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     b, h, q, d = query.shape
     kvh = key.shape[1]
     g = h // kvh
-    scale = scaling if scaling is not None else d ** -0.5
     scores = torch.matmul(query.reshape(b, kvh, g * q, d), key.transpose(2, 3)) * scale
     scores = scores.view(b, kvh, g, q, -1) + attention_mask[:, :, None]
     probs = torch.softmax(scores.float(), dim=-1).to(query.dtype).view(b, kvh, g * q, -1)

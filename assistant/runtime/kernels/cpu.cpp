@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 namespace {
@@ -30,6 +31,23 @@ std::unordered_map<int64_t, at::Tensor> registry;
 // SmolLM2 streamed once, machine E, 2 threads: 8 rows 9.1 -> 6.3 ms, 16 rows 11.5 -> 6.6 ms (1 row: 5.9). 1-3 rows
 // are bound by the bytes alone and the extra instructions cost them 5-10%: they ask for none.
 constexpr int64_t PREFETCH_MIN_ROWS = 4;
+
+// Calls f(std::integral_constant<int, n>) for a row count n of 1..8: the tiles below take their row count as a
+// template argument so that their accumulators stay in registers (with a runtime count they lived on the stack:
+// every FMA a load and a store, the attention ~3x slower).
+template <class F>
+inline void with_rows(int n, F&& f) {
+  switch (n) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
 
 // The two element types of the GEMM: every step of a tile reads 64 bytes of each block of W (bf16: 16 columns x
 // 2 inputs for one vdpbf16ps; fp32: 16 columns x 1 input for one FMA) and broadcasts the rows' matching inputs.
@@ -81,14 +99,7 @@ inline void tile(const typename E::T* __restrict x, int64_t K, const typename E:
 template <class E, int NB>
 void rows(int m, const typename E::T* x, int64_t K, const typename E::T* w, int64_t steps, typename E::T* y, int64_t N,
           const char* pf, int64_t ahead) {
-  switch (m) {
-#define ROWS(r) \
-  case r:       \
-    tile<E, r, NB>(x, K, w, steps, y, N, pf, ahead); \
-    break;
-    ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
-#undef ROWS
-  }
+  with_rows(m, [&](auto r) { tile<E, decltype(r)::value, NB>(x, K, w, steps, y, N, pf, ahead); });
 }
 
 constexpr int64_t GROUP = 4;   // blocks of 16 columns a task takes: 64 columns, <= 196 KB of bf16 W at K = 1536
@@ -214,9 +225,6 @@ constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keep
 constexpr int64_t TASK_ROWS = 64; // most query rows a task takes: its scores (rows x slots, fp32) stay small
 constexpr int64_t MAXD = 256;
 
-// The row count of a tile is a template argument so that its accumulators stay in registers (with a runtime
-// count they lived on the stack: every FMA a load and a store, the attention ~3x slower).
-
 // Scores of R query rows against 16 slots: kt holds the slots' keys as DP d-pairs (transposed), qrow[r] the rows'
 // d-pairs; scaled, masked (mrow[r] + j0) and stored to score[r] + j0 for the live lanes.
 template <int R>
@@ -253,18 +261,6 @@ inline void value_tile(const float* const* prob, const float* inv, const uint16_
     _mm256_storeu_si256((__m256i*)(out[r] + 16), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o1[r], s)));
   }
 }
-
-#define ROW_TILES(F, n, ...)                                     \
-  switch (n) {                                                   \
-    case 1: F<1>(__VA_ARGS__); break;                            \
-    case 2: F<2>(__VA_ARGS__); break;                            \
-    case 3: F<3>(__VA_ARGS__); break;                            \
-    case 4: F<4>(__VA_ARGS__); break;                            \
-    case 5: F<5>(__VA_ARGS__); break;                            \
-    case 6: F<6>(__VA_ARGS__); break;                            \
-    case 7: F<7>(__VA_ARGS__); break;                            \
-    default: F<8>(__VA_ARGS__); break;                           \
-  }
 
 // Attention of query rows over a window of the cache (a tree's nodes, or a prompt's chunk): q [B, H, Q, D],
 // k/v [B, KVH, N, D], mask [B or 1, 1, Q, N] additive -> [B, Q, H, D] bf16. A task takes one kv head and half of
@@ -328,7 +324,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         }
         for (int64_t rt = 0; rt < rows; rt += RTILE) {
           const int n = static_cast<int>(std::min<int64_t>(RTILE, rows - rt));
-          ROW_TILES(score_tile, n, kt, DP, qrow.data() + rt, mrow.data() + rt, srow.data() + rt, j0, live, vscale)
+          with_rows(n, [&](auto r) {
+            score_tile<decltype(r)::value>(kt, DP, qrow.data() + rt, mrow.data() + rt, srow.data() + rt, j0, live,
+                                           vscale);
+          });
         }
       }
       std::vector<float> inv(rows);
@@ -356,7 +355,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         for (int64_t c = 0; c < DB; c += 2) {
           for (int64_t r = 0; r < n; ++r)
             orow[rt + r] = op + ((b * Q + qi[rt + r]) * H + head[rt + r]) * D + 16 * c;
-          ROW_TILES(value_tile, n, srow.data() + rt, inv.data() + rt, vb + 16 * c, vstride, N, orow.data() + rt)
+          with_rows(n, [&](auto r) {
+            value_tile<decltype(r)::value>(srow.data() + rt, inv.data() + rt, vb + 16 * c, vstride, N,
+                                           orow.data() + rt);
+          });
         }
       }
     }

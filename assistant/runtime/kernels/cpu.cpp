@@ -28,7 +28,7 @@ std::unordered_map<int64_t, at::Tensor> registry;
 // While a task computes its group of columns it asks for the next group's W, each row tile for its share in
 // proportion to its rows: a tile busy with 8 rows of vdpbf16ps left DRAM idle (the hardware prefetcher does not
 // run far enough ahead of it), and a second row tile found its W in L2 with nothing to fetch. Every weight of
-// SmolLM2 streamed once, machine E, 2 threads: 8 rows 9.1 -> 6.3 ms, 16 rows 11.5 -> 6.6 ms (1 row: 5.9). 1-3 rows
+// SmolLM2 streamed once, machine E, 2 threads: 8 rows 9.1 -> 6.3 ms, 16 rows 11.5 -> 6.7 ms (1 row: 5.9). 1-3 rows
 // are bound by the bytes alone and the extra instructions cost them 5-10%: they ask for none.
 constexpr int64_t PREFETCH_MIN_ROWS = 4;
 

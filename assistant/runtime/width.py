@@ -19,7 +19,12 @@ accepted path (tree node indices, root first) of a pass verified at `width`. Wit
 ranking drafter's chance of acceptance for each node of this pass's tree, best first) the width is
 the one with the most expected tokens per second for this very tree: a pass whose copy matches
 eight tokens gets a wide tree, a pass with nothing likely gets none; without them, the width that
-banked the most per second lately (below).
+banked the most per second lately (below). The values are corrected by level: per tenth of value
+(0-0.1, ..., 0.9-1), how many of the verified nodes valued there were accepted against the sum of
+their values. Why by level, not by width: the weak nodes (valued < 0.2) are accepted about half as
+often as valued, the likely ones about as valued, so a correction per width (what this was until
+session 26) scaled a 15-token copy valued 0.8 down with the weak nodes that usually fill wide trees,
+and a user's long copies from their history ran at 8 nodes (BENCHMARKS.md, W4).
 
 From one pass at width w it learns what every measured width w' <= w would have
 banked: tree nodes are inserted best first and parents before children, so the first
@@ -47,6 +52,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 DEFAULT_WIDTH = 16        # most verify nodes per pass, root included, when nothing asks for another
+VALUE_BINS = 10           # levels of node value (0-0.1, ..., 0.9-1) the controller corrects apart
+VALUE_PRIOR = 2.0         # predicted tokens of prior in each level's correction (a ratio of 1)
+VALUE_DECAY = 0.999       # per verified node of a level: ~1,000 make its correction
+
+
+def _bin(value: float) -> int:
+    return min(max(int(value * VALUE_BINS), 0), VALUE_BINS - 1)
 
 
 def expected_tokens_per_pass(width: int) -> float:
@@ -78,11 +90,11 @@ class WidthController:
         self.s = {w: 0.0 for w in self.widths}        # decayed drafted tokens per width
         self.seen = {w: 0 for w in self.widths}       # raw observation counts
         self.passes = 0
-        # per width: decayed sums of the drafted tokens the node values predicted and of those banked,
-        # over passes with values (their ratio corrects the values' bias at that width)
-        self.pred = {w: 0.0 for w in self.widths}
-        self.real = {w: 0.0 for w in self.widths}
-        self._csum: list[float] | None = None
+        # per bin of node value: decayed sums of the values of the verified nodes in it and of how many of
+        # them were accepted (their ratio corrects the values of that level, `value_scale`)
+        self.pred = [0.0] * VALUE_BINS
+        self.real = [0.0] * VALUE_BINS
+        self._values: list[float] | None = None
 
     def drafted(self, w: int) -> float:
         """Expected drafted tokens per pass at width w: the decayed mean of what it banked, with the
@@ -98,28 +110,31 @@ class WidthController:
         self._gap = self.explore_every
         self._next_explore = self.passes + 1
 
-    def value_scale(self, w: int) -> float:
-        """Banked / predicted drafted tokens at width w so far (1 with no evidence; 2 tokens of prior)."""
-        return (self.real[w] + 2.0) / (self.pred[w] + 2.0)
+    def value_scale(self, value: float) -> float:
+        """Accepted / predicted among the verified nodes valued like `value` so far (1 with no evidence;
+        VALUE_PRIOR nodes' worth of prior)."""
+        b = _bin(value)
+        return (self.real[b] + VALUE_PRIOR) / (self.pred[b] + VALUE_PRIOR)
 
-    def best_for(self, csum: Sequence[float]) -> int:
-        """The width with the most expected tokens per second for THIS pass's tree: `csum[k]` is the sum
-        of the chances of acceptance of its best k nodes (the tree of w nodes being the first w - 1),
-        i.e. the expected drafted tokens banked (assistant.runtime.ranking), scaled by how that sum
-        compared with what was banked at that width so far."""
+    def best_for(self, values: Sequence[float]) -> int:
+        """The width with the most expected tokens per second for THIS pass's tree: the sum of the chances
+        of acceptance of its best w - 1 nodes (`values`, best first: the tree of w nodes is the first
+        w - 1), i.e. the expected drafted tokens banked (assistant.runtime.ranking), each value corrected
+        by how often nodes of its level were accepted so far."""
+        csum = list(accumulate((v * self.value_scale(v) for v in values), initial=0.0))
         last = len(csum) - 1
-        return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, last)] * self.value_scale(w)) / self.costs[w])
+        return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, last)]) / self.costs[w])
 
     def next_width(self, values: Sequence[float] | None = None) -> int:
         """The width of the next pass: the cap when exploring; else, with the drafter's node values for
-        this pass, `best_for` their running sums; without them the best width by what each width banked
-        so far. The sums are kept for observe() either way."""
+        this pass, `best_for` them; without them the best width by what each width banked so far. The
+        values are kept for observe() either way."""
         self.passes += 1
-        self._csum = None if values is None else list(accumulate(values, initial=0.0))
+        self._values = None if values is None else list(values)
         if self.passes == 1 or (self.explore_every and self.passes >= self._next_explore):
             self._exploring = True
             return self.cap
-        return self.best() if self._csum is None else self.best_for(self._csum)
+        return self.best() if self._values is None else self.best_for(self._values)
 
     def observe(self, path: list[int], width: int) -> None:
         for w in self.widths:
@@ -133,9 +148,12 @@ class WidthController:
             self.n[w] = self.n[w] * self.decay + 1.0
             self.s[w] = self.s[w] * self.decay + kept
             self.seen[w] += 1
-            if self._csum is not None:
-                self.pred[w] = self.pred[w] * self.decay + self._csum[min(w - 1, len(self._csum) - 1)]
-                self.real[w] = self.real[w] * self.decay + kept
+        if self._values is not None:
+            accepted = set(path[1:])
+            for k, v in enumerate(self._values[: width - 1]):     # node k + 1 of the tree
+                b = _bin(v)
+                self.pred[b] = self.pred[b] * VALUE_DECAY + v
+                self.real[b] = self.real[b] * VALUE_DECAY + float(k + 1 in accepted)
         if self._exploring:
             self._exploring = False
             self._gap = self.explore_every if self.best() == self.cap else min(2 * self._gap, self.explore_max)
@@ -143,9 +161,10 @@ class WidthController:
 
     def summary(self) -> dict[str, float]:
         """Tokens per pass expected at each width from what it banked (and, where node values were
-        given, `scale@w`: banked / predicted drafted tokens)."""
+        given, `scale@v`: accepted / predicted among the verified nodes valued v..v + 0.1)."""
         out = {str(w): round(self.drafted(w) + 1.0, 3) for w in self.widths}
-        out.update({f"scale@{w}": round(self.value_scale(w), 3) for w in self.widths if self.pred[w] > 0})
+        out.update({f"scale@{b / VALUE_BINS:.1f}": round((self.real[b] + VALUE_PRIOR) / (self.pred[b] + VALUE_PRIOR), 3)
+                    for b in range(VALUE_BINS) if self.pred[b] > 0})
         return out
 
 

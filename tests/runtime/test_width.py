@@ -135,3 +135,20 @@ def test_propose_cuts_a_ranked_proposal_to_the_chosen_width():
     c.next_width()
     candidates, w = propose(UnionDrafter(Copy()), DraftContext([1], 1, None, 16), c)
     assert w == 4 and candidates == [[5], [5, 6], [5, 6, 7]]
+
+
+def test_values_are_corrected_by_level_not_by_width():
+    c = WidthController({1: 1.0, 4: 1.1, 16: 1.3}, 16, explore_every=0)
+    c.next_width()
+    c.observe([0], 16)
+    assert c.next_width([0.9] * 3 + [0.3] * 12) == 16         # as valued, the weak nodes pay for the width
+    c.observe([0, 1, 2, 3], 16)
+    c.explore_every = 1                                      # every pass at the cap: all nodes verified
+    for _ in range(60):
+        assert c.next_width([0.9] * 3 + [0.3] * 12) == 16
+        c.observe([0, 1, 2, 3], 16)                          # the likely copy is taken, the weak nodes never
+    assert c.value_scale(0.3) < 0.2 and c.value_scale(0.9) > 1.0
+    assert c.summary()["scale@0.3"] < 0.2
+    c.explore_every = 0
+    assert c.next_width([0.9] * 3 + [0.3] * 12) == 4         # the likely copy alone
+    assert c.next_width([0.9] * 15) == 16                    # a long likely copy keeps the widest tree

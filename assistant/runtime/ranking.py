@@ -10,8 +10,9 @@ Contract:
   `value(source, key, depth, prior)` is the acceptance rate shrunk towards the prior by `strength`
   pseudo-counts: a source that is not paying off loses its nodes within a few passes, one that is
   gains them. It lives as long as its drafter (one chat session: this answer and the ones before).
-- `select(drafts, budget, value)` merges the drafts into a prefix trie (a shared prefix keeps its
-  best value) and takes `budget` nodes best-first by value, a node only after its parent: the tree
+- `select(drafts, budget, value)` merges the drafts into a prefix trie (a prefix two drafts of one
+  source share keeps its best value; one that several sources propose is worth 1 - prod(1 - v) over
+  their best values: it is missed only if all of them are wrong) and takes `budget` nodes best-first by value, a node only after its parent: the tree
   with the most expected accepted tokens the values allow. It returns each chosen node's path (its
   token prefix) in the order chosen, so assistant.runtime.tree.build_tree inserts the nodes in that
   order and the first w' nodes are the best tree of w' nodes (what assistant.runtime.width's
@@ -91,6 +92,7 @@ def select(drafts: Sequence[tuple[int, int, Sequence[int]]], budget: int,
     {token prefix: Origin} for each of them)."""
     best: dict[tuple[int, ...], tuple[float, Origin]] = {}
     children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    shared: dict[tuple[int, ...], dict[int, float]] = {}     # prefix -> {source: its best value}, if 2+ drafts
     for source, di, toks in drafts:
         v_prev = 1.0
         for d in range(1, len(toks) + 1):
@@ -100,9 +102,15 @@ def select(drafts: Sequence[tuple[int, int, Sequence[int]]], budget: int,
             old = best.get(prefix)
             if old is None:
                 children.setdefault(prefix[:-1], []).append(prefix)
+            else:
+                by = shared.setdefault(prefix, {old[1].source: old[0]})
+                by[source] = max(by.get(source, 0.0), v)
             if old is None or v > old[0]:
                 key = getattr(toks, "key", None)
                 best[prefix] = (v, Origin(source, di, key, d, v))
+    for prefix, by in shared.items():
+        if len(by) > 1:
+            _agree(best, prefix, by.values())
     chosen: dict[tuple[int, ...], Origin] = {}
     order: list[tuple[int, ...]] = []
     heap = [(-best[c][0], n, c) for n, c in enumerate(children.get((), []))]
@@ -116,6 +124,16 @@ def select(drafts: Sequence[tuple[int, int, Sequence[int]]], budget: int,
             tie += 1
             heapq.heappush(heap, (-best[c][0], tie, c))
     return [list(n) for n in order], chosen
+
+
+def _agree(best: dict, prefix: tuple[int, ...], values) -> None:
+    """A node that several sources propose (a copy the prompt and the user's history both hold, a phrase the
+    lookup repeats) is missed only if every source is wrong: 1 - prod(1 - v), as if they erred apart."""
+    miss = 1.0
+    for v in values:
+        miss *= 1.0 - v
+    o = best[prefix][1]
+    best[prefix] = (1.0 - miss, Origin(o.source, o.draft, o.key, o.depth, 1.0 - miss))
 
 
 __all__ = ["Calibrator", "Draft", "Origin", "generic_prior", "match_prior", "select"]

@@ -25,6 +25,15 @@ def test_select_takes_nodes_best_first_across_drafts():
     assert tree.tokens == [0, 1, 4, 5, 7]                   # inserted in that order: its first k nodes are the best k
 
 
+def test_a_node_several_sources_propose_is_worth_more_than_each():
+    a, b = Draft([1, 2], "a", [0.5, 0.4]), Draft([1, 3], "b", [0.5, 0.2])
+    c, d = Draft([4], "c", [0.7]), Draft([4, 6], "d", [0.6, 0.1])
+    paths, chosen = select([(0, 0, a), (1, 0, b), (1, 1, c), (1, 2, d)], 1, _value(None))
+    assert paths == [[1]] and abs(chosen[(1,)].value - 0.75) < 1e-9     # missed only if both are wrong
+    _, chosen = select([(0, 0, a), (1, 0, b), (1, 1, c), (1, 2, d)], 4, _value(None))
+    assert chosen[(4,)].value == 0.7 and chosen[(1, 2)].value == 0.4    # one source twice: its best value
+
+
 def test_select_never_ranks_a_child_above_its_parent():
     d = Draft([1, 2], "x", [0.1, 0.9])                      # an inconsistent prior
     paths, chosen = select([(0, 0, d), (0, 1, Draft([3], "y", [0.5]))], 2, _value(None))

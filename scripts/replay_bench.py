@@ -15,6 +15,11 @@ It also prints tokens per unit of verify cost (sum over passes of cost(width) / 
 table) and, with --oracle, the ceiling of the ranking: the same candidates and widths, but the nodes on
 the target's path taken first (what a perfect value of each node would bank).
 
+With --ceiling it prints instead what the sources hold, before any ranking or width: at every position of
+every answer, the longest run of the target's own continuation (up to the cap - 1 tokens) that any candidate of a
+source proposes; then tokens per pass if every pass took that run, for all sources and for all but each one
+(BENCHMARKS.md, "A user who comes back to their own answers": the ceiling of the returning user's set).
+
 The drafter is the bench's: the head given by --head, else the profile's current head (--profile, as
 `assistant bench` resolves it), else the shipped one; --history adds the lookup in the profile's past
 answers (`bench --history`; each replayed answer joins that index once it ends, as in the bench). So a
@@ -25,7 +30,8 @@ The verify costs are the report's own (`config.verify_costs`: the table the live
 unless --costs names a cost-model cache file; reports written before the bench recorded them need --costs.
 
 usage: python scripts/replay_bench.py REPORT.json [--costs <cache>/costmodel/<model>-...-compiled-<tag>.json]
-           [--method phrase] [--data ../shared/data] [--oracle] [--profile NAME] [--head PATH] [--history]
+           [--method phrase] [--data ../shared/data] [--oracle | --ceiling] [--profile NAME] [--head PATH]
+           [--history]
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ def main() -> None:
     ap.add_argument("--method", default="phrase")
     ap.add_argument("--data", default=None, help="folder holding the report's data set, if not at its path")
     ap.add_argument("--oracle", action="store_true", help="take the nodes on the target's path first")
+    ap.add_argument("--ceiling", action="store_true", help="what the sources hold, before ranking and width")
     ap.add_argument("--profile", default=None, help="profile whose current head (and, with --history, past answers) "
                                                     "draft")
     ap.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
@@ -90,6 +97,9 @@ def main() -> None:
     index = history_index(a, target)
     drafter, info = build_drafter(target, head, history=index)
     width = WidthController(costs, report["config"].get("tree_width", 16))
+    if a.ceiling:
+        print(json.dumps(_ceiling(drafter, answers, feats, width.cap, index), indent=1))
+        return
     # the bench's warm-up, at the full width, which the drafter's calibration sees too
     warm_ids = target.encode_chat([{"role": "user", "content": WARM_PROMPT}])
     with torch.inference_mode():
@@ -109,6 +119,42 @@ def main() -> None:
                       "tokens_per_verify_cost": drafted / (sum(costs[w] for w in used) / costs[1]),
                       "mean_width": res["mean_width"], "banked_by_source": dict(getattr(drafter, "banked", {})),
                       "accepted_histogram": res["hist"]}, indent=1))
+
+
+def _ceiling(drafter, answers, feats, cap: int, index) -> dict:
+    """Tokens per pass if every pass banked the longest run of the answer that a source's candidates hold."""
+    from assistant.runtime.decode import DraftContext
+
+    where = {(q, p): k for k, (q, p) in enumerate(zip(feats.seq.tolist(), feats.pos.tolist()))}
+    runs = []                                        # per answer, per position: {source: longest run}
+    for ai, x in enumerate(answers):
+        ref, held = x.answer_ids, []
+        for i in range(len(ref) - 1):
+            ctx = DraftContext(ids=x.prompt_ids + ref[: i + 1], root=ref[i], features=feats.feats[where[(ai, i)]][None],
+                               max_nodes=cap)
+            want, got = ref[i + 1: i + cap], {}
+            for name, d in zip(drafter.names, drafter.drafters):
+                got[name] = max((next((k for k, (c, t) in enumerate(zip(cand, want)) if c != t), min(len(cand), len(want)))
+                                 for cand in d.propose(ctx)), default=0)
+            held.append(got)
+        runs.append(held)
+        if index is not None:
+            index.add(ref)
+
+    def tokens_per_pass(names) -> float:
+        passes = tokens = 0
+        for held, x in zip(runs, answers):
+            n, i = len(x.answer_ids), 0
+            passes, tokens = passes + 1, tokens + n              # the prefill gives the first token
+            while i < n - 1:
+                i += 1 + max(held[i][s] for s in names)
+                passes += 1
+        return tokens / max(passes, 1)
+
+    out = {"all sources": tokens_per_pass(drafter.names)}
+    for name in drafter.names:
+        out[f"without {name}"] = tokens_per_pass([s for s in drafter.names if s != name])
+    return out
 
 
 def _rank_target_path_first(drafter, answers) -> None:

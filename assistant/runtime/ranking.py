@@ -12,8 +12,9 @@ Contract:
   gains them. It lives as long as its drafter (one chat session: this answer and the ones before).
 - `select(drafts, budget, value)` merges the drafts into a prefix trie (a prefix two drafts of one
   source share keeps its best value; one that several sources propose is worth 1 - prod(1 - v) over
-  their best values: it is missed only if all of them are wrong) and takes `budget` nodes best-first by value, a node only after its parent: the tree
-  with the most expected accepted tokens the values allow. It returns each chosen node's path (its
+  their best values: it is missed only if all of them are wrong) and takes `budget` nodes best-first
+  by value, a node only after its parent: the tree with the most expected accepted tokens the values
+  allow. It returns each chosen node's path (its
   token prefix) in the order chosen, so assistant.runtime.tree.build_tree inserts the nodes in that
   order and the first w' nodes are the best tree of w' nodes (what assistant.runtime.width's
   controller assumes), and, per chosen node, which draft gave its value.

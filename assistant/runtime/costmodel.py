@@ -15,9 +15,11 @@ cap)` is the width such a runtime starts at (assistant.runtime.width.plan_width 
 engine's measurement is cached under its `tag` (its saved forward's key: a changed engine is measured
 again, and engines of several tags, e.g. heads that read other layers or two installs, keep a table each
 instead of measuring again in turn: a table re-measured on a busy machine moves the widths, BENCHMARKS.md W1),
-and a measurement taken while other processes kept a core busy is used but not cached. Why measure: on one 2-core CPU a 16-node verify cost
-x1.7 of a 1-token forward, on another x3.6 (w=3 cost x1.1 there), and the [in, out]
-layout cut fp32's x3.0 to x1.75 but was slower in bf16, so no fixed choice is right.
+and a measurement taken while other processes kept a core busy (before it or during it) is used but not cached.
+Why measure: on one 2-core CPU a 16-node verify cost x1.7 of a 1-token forward, on another x3.6 (w=3 cost x1.1
+there), and the [in, out] layout cut fp32's x3.0 to x1.75 but was slower in bf16, so no fixed choice is right.
+Why during it too: tables cached on machine E while other work started mid-measurement read x1.29 (bf16) and x1.53
+(fp32) at 16 nodes, against x1.14 / x1.25 measured alone (BENCHMARKS.md S14, H10).
 The target is left in the layout it came in.
 """
 from __future__ import annotations
@@ -130,7 +132,7 @@ def calibrate(target, cap: int = DEFAULT_WIDTH, progress=None, refresh: bool = F
     """The plan to use (width <= cap) on `engine` (None: eager), from a cached or fresh measurement of
     this device; `refresh` measures again (a measurement taken while the machine was busy would
     otherwise stick)."""
-    from assistant.runtime.threads import BUSY_THRESHOLD, busy_cores
+    from assistant.runtime import threads
 
     name = engine.name if engine is not None else "eager"
     tag = getattr(engine, "tag", "") if engine is not None else ""
@@ -139,12 +141,16 @@ def calibrate(target, cap: int = DEFAULT_WIDTH, progress=None, refresh: bool = F
     wanted = [w for w in WIDTHS if w <= max(cap, 1)]
     layouts = layouts_for(target, engine)
     if not costs or set(costs) != set(layouts) or any(max(c) < max(wanted) for c in costs.values()):
-        busy = busy_cores(0.2)
+        before = threads.busy_cores(0.2)
         if progress:
             progress(f"measuring verify cost per tree width and weight layout on the {name} engine "
                      "(once per machine, a few seconds)", None)
+        start = threads.snapshot()
         costs = {lay: verify_costs(target, wanted, lay, engine=engine) for lay in layouts}
-        if busy is not None and busy >= BUSY_THRESHOLD:
+        # a load that began during the measurement skews it as much as one that was there before
+        during = threads.busy_cores(0.0, since=start) if start is not None else None
+        busy = max((b for b in (before, during) if b is not None), default=None)
+        if busy is not None and busy >= threads.BUSY_THRESHOLD:
             # other processes held a core: the ratios are skewed, so they serve this run only
             if progress:
                 progress(f"other processes kept {busy:.1f} cores busy: the measurement is used now, not cached",

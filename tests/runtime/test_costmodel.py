@@ -114,6 +114,16 @@ def test_a_measurement_under_load_is_used_but_not_cached(tmp_path, monkeypatch):
     assert any("not cached" in n for n in notes)
 
 
+def test_a_load_that_begins_during_the_measurement_is_not_cached_either(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    monkeypatch.setattr(costmodel, "verify_costs", lambda target, widths, layout=None, **kw: {w: 1.0 + w for w in widths})
+    monkeypatch.setattr(threads, "snapshot", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(threads, "busy_cores", lambda *a, since=None, **k: 0.0 if since is None else 1.0)
+    notes = []
+    calibrate(tiny_qwen3(), 16, lambda m, f=None: notes.append(m))
+    assert not list((tmp_path / "costmodel").glob("*.json")) and any("not cached" in n for n in notes)
+
+
 def test_a_changed_compiled_engine_is_measured_again(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
     monkeypatch.setattr(threads, "busy_cores", lambda *a, **k: 0.0)

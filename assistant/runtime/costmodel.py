@@ -18,8 +18,8 @@ instead of measuring again in turn: a table re-measured on a busy machine moves 
 and a measurement taken while other processes kept a core busy (before it or during it) is used but not cached.
 Why measure: on one 2-core CPU a 16-node verify cost x1.7 of a 1-token forward, on another x3.6 (w=3 cost x1.1
 there), and the [in, out] layout cut fp32's x3.0 to x1.75 but was slower in bf16, so no fixed choice is right.
-Why during it too: tables cached on machine E while other work started mid-measurement read x1.29 (bf16) and x1.53
-(fp32) at 16 nodes, against x1.14 / x1.25 measured alone (BENCHMARKS.md S14, H10).
+Why during it too: tables cached on machine E while other work ran that evening, past the check before them, read
+x1.29 (bf16) and x1.53 (fp32) at 16 nodes, against x1.14 / x1.25 measured alone (BENCHMARKS.md S14, H10).
 The target is left in the layout it came in.
 """
 from __future__ import annotations

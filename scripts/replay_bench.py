@@ -124,6 +124,7 @@ def main() -> None:
 def _ceiling(drafter, answers, feats, cap: int, index) -> dict:
     """Tokens per pass if every pass banked the longest run of the answer that a source's candidates hold."""
     from assistant.runtime.decode import DraftContext
+    from assistant.runtime.prefix import common_prefix
 
     where = {(q, p): k for k, (q, p) in enumerate(zip(feats.seq.tolist(), feats.pos.tolist()))}
     runs = []                                        # per answer, per position: {source: longest run}
@@ -134,8 +135,7 @@ def _ceiling(drafter, answers, feats, cap: int, index) -> dict:
                                max_nodes=cap)
             want, got = ref[i + 1: i + cap], {}
             for name, d in zip(drafter.names, drafter.drafters):
-                got[name] = max((next((k for k, (c, t) in enumerate(zip(cand, want)) if c != t), min(len(cand), len(want)))
-                                 for cand in d.propose(ctx)), default=0)
+                got[name] = max((common_prefix(cand, want) for cand in d.propose(ctx)), default=0)
             held.append(got)
         runs.append(held)
         if index is not None:

@@ -113,7 +113,9 @@ class WidthController:
     def value_scale(self, value: float) -> float:
         """Accepted / predicted among the verified nodes valued like `value` so far (1 with no evidence;
         VALUE_PRIOR nodes' worth of prior)."""
-        b = _bin(value)
+        return self._level_scale(_bin(value))
+
+    def _level_scale(self, b: int) -> float:
         return (self.real[b] + VALUE_PRIOR) / (self.pred[b] + VALUE_PRIOR)
 
     def best_for(self, values: Sequence[float]) -> int:
@@ -163,7 +165,7 @@ class WidthController:
         """Tokens per pass expected at each width from what it banked (and, where node values were
         given, `scale@v`: accepted / predicted among the verified nodes valued v..v + 0.1)."""
         out = {str(w): round(self.drafted(w) + 1.0, 3) for w in self.widths}
-        out.update({f"scale@{b / VALUE_BINS:.1f}": round((self.real[b] + VALUE_PRIOR) / (self.pred[b] + VALUE_PRIOR), 3)
+        out.update({f"scale@{b / VALUE_BINS:.1f}": round(self._level_scale(b), 3)
                     for b in range(VALUE_BINS) if self.pred[b] > 0})
         return out
 

@@ -21,8 +21,8 @@ the one with the most expected tokens per second for this very tree: a pass whos
 eight tokens gets a wide tree, a pass with nothing likely gets none; without them, the width that
 banked the most per second lately (below). The values are corrected by level: per tenth of value
 (0-0.1, ..., 0.9-1), how many of the verified nodes valued there were accepted against the sum of
-their values. Why by level, not by width: the weak nodes (valued < 0.2) are accepted about half as
-often as valued, the likely ones about as valued, so a correction per width (what this was until
+their values. Why by level, not by width: the weak nodes (valued < 0.2) are accepted 0.5-0.6x as
+often as valued, the likely ones (0.5 and up) about as valued, so a correction per width (what this was until
 session 26) scaled a 15-token copy valued 0.8 down with the weak nodes that usually fill wide trees,
 and a user's long copies from their history ran at 8 nodes (BENCHMARKS.md, W4).
 

@@ -81,7 +81,7 @@ def _native_attention(query: torch.Tensor) -> bool:
     from assistant.runtime import kernels
 
     return (query.device.type == "cpu" and query.dtype == torch.bfloat16 and query.shape[-1] % 32 == 0
-            and query.shape[-1] <= 256 and kernels.loaded())
+            and query.shape[-1] <= 256 and kernels.bf16())
 
 
 def register_window_attention(model) -> None:

@@ -102,7 +102,11 @@ def choose(costs: dict[str, dict[int, float]], cap: int = max(WIDTHS)) -> tuple[
 
 
 def _key(target, engine: str = "eager") -> str:
-    return f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{torch.get_num_threads()}t-{engine}"
+    from assistant.runtime import kernels
+
+    native = (kernels.running() or "aten") if target.device.type == "cpu" else "gpu"
+    return (f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{torch.get_num_threads()}t-{engine}"
+            f"-{native}")
 
 
 def _read(path: Path, tag: str | None = None) -> dict[str, dict[int, float]] | None:

@@ -69,7 +69,7 @@ def artifact_key(model, layout: str, feature_layers: Sequence[int], options: dic
         "device": model.device.type, "layout": layout, "keys": packed_keys(model),
         "columns": packed_columns(model), "native": native_keys(model),
         # the bf16 attention kernel is in the graph where it loaded (a bf16 engine on the CPU loads it first)
-        "kernels": kernels.loaded() and model.dtype == torch.bfloat16 and model.device.type == "cpu",
+        "kernels": kernels.bf16() and model.dtype == torch.bfloat16 and model.device.type == "cpu",
         "features": list(feature_layers), "options": sorted(options.items()), "source": _source_digest(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]

@@ -1,6 +1,12 @@
 """assistant.runtime.kernels: the native bf16 linear equals a fp32 product rounded once (the fp32 one a float64
 product), packs and unpacks exactly, serves the packed layout (eager and compiled), and steps aside with a reason
-where it cannot run."""
+where it cannot run; the AVX2 build (fp32 alone) equals the AVX512 build bit for bit."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,7 +15,9 @@ from assistant.runtime.layout import _NATIVE, layout_of, native_keys, set_layout
 
 from ..conftest import tiny_qwen3
 
-native = pytest.mark.skipif(not kernels.load(), reason=f"native bf16 kernel unavailable: {kernels.problem()}")
+native = pytest.mark.skipif(not (kernels.load() and kernels.bf16()),
+                            reason=f"native bf16 kernel unavailable: {kernels.problem() or kernels.running()}")
+native_fp32 = pytest.mark.skipif(not kernels.load(), reason=f"native kernels unavailable: {kernels.problem()}")
 
 
 def _reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -29,7 +37,7 @@ def test_linear_matches_a_product_rounded_once(n, k, m):
     torch.testing.assert_close(y.float(), _reference(x, w).float(), rtol=2 ** -7, atol=1e-3)
 
 
-@native
+@native_fp32
 @pytest.mark.parametrize("n,k", [(16, 3), (48, 64), (960, 576), (64, 1536)])
 @pytest.mark.parametrize("m", [0, 1, 3, 4, 5, 8, 9, 16, 17, 40])
 def test_fp32_linear_matches_a_float64_product(n, k, m):
@@ -206,3 +214,71 @@ def test_first_load_builds_into_the_user_cache_and_says_so(monkeypatch, tmp_path
         assert any("building" in n for n in notes) == first
     built = list((tmp_path / "kernels").glob("cpu-*.so"))
     assert len(built) == 1 and loaded == [str(built[0])] * 2 and built[0] == kernels.library_path()
+
+
+_SHAPES = [(16, 3, m) for m in (1, 7)] + [(960, 576, m) for m in (0, 1, 4, 5, 6, 7, 13, 16)] + [(64, 1536, 17)]
+
+_AVX2_RUN = """
+import json, sys, torch
+from assistant.runtime import kernels
+from tests.conftest import tiny_qwen3
+from assistant.runtime.layout import native_keys, set_layout
+assert kernels.load(), kernels.problem()
+out = {"isa": kernels.running(), "bf16": kernels.bf16(),
+       "usable_bf16": kernels.usable(torch.zeros(16, 4, dtype=torch.bfloat16)), "errors": []}
+ys = {}
+for n, k, m in json.loads(sys.argv[2]):
+    g = torch.Generator().manual_seed(n * 1000 + k + m)
+    w, x = torch.randn(n, k, generator=g) * 0.1, torch.randn(m, k, generator=g)
+    ys[f"{n},{k},{m}"] = torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), n)
+t = tiny_qwen3(seed=8)
+set_layout(t.model, "packed")
+out["native_keys"] = len(native_keys(t.model))
+with torch.no_grad():
+    ys["logits"] = t.model(torch.tensor([[5, 7, 9, 11, 13]])).logits
+w = torch.zeros(16, 4, dtype=torch.bfloat16)
+for call in (lambda: torch.ops.assistant_kernels.linear_packed(torch.zeros(1, 4, dtype=torch.bfloat16),
+                                                               torch.ops.assistant_kernels.pack(w), 16),
+             lambda: torch.ops.assistant_kernels.attention(*[torch.zeros(1, 1, 1, 32, dtype=torch.bfloat16)] * 3,
+                                                          torch.zeros(1, 1, 1, 1), 1.0)):
+    try:
+        call()
+    except RuntimeError as e:
+        out["errors"].append(str(e).splitlines()[0])
+torch.save(ys, sys.argv[1])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= cpuinfo.flags(), reason="this CPU has no AVX2 with FMA")
+def test_avx2_build_runs_fp32_alone_and_equals_the_avx512_build_bit_for_bit(tmp_path):
+    """ASSISTANT_KERNELS=avx2 (in a process of its own: one build a process) builds the fp32-only kernels a CPU
+    without AVX512-BF16 takes. Its linear sums in the same order with the same FMAs, so on an AVX512-BF16 CPU
+    its products and a packed model's logits equal the AVX512 build's bit for bit (else a float64 product's);
+    it refuses bf16 (the weights stay oneDNN's) with a one-line error."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, ASSISTANT_KERNELS="avx2", PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-c", _AVX2_RUN, str(tmp_path / "y.pt"), json.dumps(_SHAPES)], env=env,
+                       cwd=root, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["isa"] == "avx2" and not got["bf16"] and not got["usable_bf16"]
+    assert got["native_keys"] == 2 * 4 + 1                       # every fp32 linear of the tiny model
+    assert len(got["errors"]) == 2 and all("(AVX2) has no bf16 kernel" in e for e in got["errors"])
+    ys = torch.load(tmp_path / "y.pt")
+    same_build = kernels.load() and kernels.running() == "avx512bf16"
+    for n, k, m in _SHAPES:
+        g = torch.Generator().manual_seed(n * 1000 + k + m)
+        w, x = torch.randn(n, k, generator=g) * 0.1, torch.randn(m, k, generator=g)
+        y = ys[f"{n},{k},{m}"]
+        if same_build:
+            assert torch.equal(y, torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), n))
+        torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
+    if same_build:
+        t = tiny_qwen3(seed=8)
+        with torch.no_grad():
+            set_layout(t.model, "packed")
+            try:
+                assert torch.equal(ys["logits"], t.model(torch.tensor([[5, 7, 9, 11, 13]])).logits)
+            finally:
+                set_layout(t.model, "out")

@@ -1,15 +1,20 @@
-"""Native kernels for decode passes on a CPU (AVX512-BF16), built for this machine at first use.
+"""Native kernels for decode passes on an x86 CPU, built for this machine at first use.
 
-Contract: `load(progress)` returns True once `torch.ops.assistant_kernels` (cpu.cpp beside this file, AVX512-
-BF16) is loaded, building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once per machine
-and torch version, into the user cache directory), or False where it cannot run: no AVX512-BF16, no compiler,
-a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead). `loaded()` says
-whether it ran (never builds). The ops:
+Contract: `load(progress)` returns True once `torch.ops.assistant_kernels` (cpu.cpp beside this file) is loaded,
+building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once per machine, torch version and
+`isa()`, into the user cache directory), or False where it cannot run: neither AVX512-BF16 nor AVX2 + FMA, no
+compiler, a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead).
+`isa()` names the build this CPU takes, without building: "avx512bf16" (every op, both dtypes) or "avx2" (the
+fp32 linear alone: most laptops' CPUs, whose fp32 passes oneDNN ran; ASSISTANT_KERNELS=avx2 picks it on an
+AVX512 CPU, as the tests do). `loaded()` says whether it ran, `running()` which build, `bf16()` whether it has the bf16 ops (these never
+build). The ops:
 - `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
   `pack`, bf16 as [N/16, K/2, 16, 2] and fp32 as [N/16, K, 16], `unpack` gives it back exactly), the packed
   layout's GEMM (assistant.runtime.layout) in both dtypes; `usable(w)` says whether a weight fits it;
 - `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
   an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention in bf16 (trees and prefill chunks).
+The AVX2 build's fp32 linear sums every output in the AVX512 build's order with the same fused multiply-adds:
+its results are equal bit for bit, so the exactness measured on one holds on the other.
 
 Why: oneDNN's linear for 1-16 rows reads SmolLM2's layer weights at half the speed this loop does (bf16 576x576:
 109 vs 46 us at 4 rows; 960x576 123 vs 66; 49152x576 2.17 vs 2.00 ms; 2 threads, machine E, cache swept between
@@ -31,8 +36,9 @@ import torch
 from assistant.runtime import cpuinfo
 
 SOURCE = Path(__file__).with_name("cpu.cpp")
-FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
-         "-mavx512bf16")
+FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
+ISAS = {"avx512bf16": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
+        "avx2": ("-mavx2", "-mfma")}
 
 _state: dict[str, object] = {}
 _FAKE: list = []            # the shape function torch.compile traces the op with, registered once a process
@@ -42,21 +48,34 @@ def _compiler() -> str:
     return os.environ.get("CXX") or "c++"
 
 
-def library_path() -> Path:
+def isa() -> str | None:
+    """The build this CPU takes (see the module contract), or None: turned off or neither instruction set."""
+    asked = os.environ.get("ASSISTANT_KERNELS", "1")
+    if asked == "0" or not torch.backends.mkldnn.is_available():
+        return None
+    flags = cpuinfo.flags()
+    if asked != "avx2" and "avx512_bf16" in flags:
+        return "avx512bf16"
+    return "avx2" if {"avx2", "fma"} <= flags else None
+
+
+def library_path(target: str | None = None) -> Path:
     """Where this machine's build lives: keyed by the source, torch's version and ABI, and the flags."""
     from assistant.runtime.fetch import cache_dir
 
+    target = target or isa() or "avx512bf16"
     h = hashlib.sha256(SOURCE.read_bytes())
-    h.update(f"{torch.__version__} {torch._C._GLIBCXX_USE_CXX11_ABI} {sys.version_info[:2]} {FLAGS}".encode())
-    return cache_dir() / "kernels" / f"cpu-{h.hexdigest()[:16]}.so"
+    h.update(f"{torch.__version__} {torch._C._GLIBCXX_USE_CXX11_ABI} {sys.version_info[:2]} {FLAGS} "
+             f"{ISAS[target]}".encode())
+    return cache_dir() / "kernels" / f"cpu-{target}-{h.hexdigest()[:16]}.so"
 
 
-def _build(out: Path) -> None:
+def _build(out: Path, target: str) -> None:
     from torch.utils.cpp_extension import include_paths, library_paths
 
     out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    cmd = [_compiler(), *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    cmd = [_compiler(), *FLAGS, *ISAS[target], f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *[f"-I{p}" for p in include_paths()], str(SOURCE), "-o", str(tmp),
            *[f"-L{p}" for p in library_paths()], "-lc10", "-ltorch_cpu"]
     try:
@@ -70,21 +89,22 @@ def _build(out: Path) -> None:
 
 
 def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
-    """Load (building once if needed) the bf16 kernel; False where it cannot run here (see problem())."""
+    """Load (building once if needed) this CPU's build; False where it cannot run here (see problem())."""
     if "ok" in _state:
         return bool(_state["ok"])
-    ok, why = False, None
+    ok, why, target = False, None, isa()
     if os.environ.get("ASSISTANT_KERNELS", "1") == "0":
         why = "turned off (ASSISTANT_KERNELS=0)"
-    elif not ("avx512_bf16" in cpuinfo.flags() and torch.backends.mkldnn.is_available()):
-        why = "this CPU has no AVX512-BF16"
+    elif target is None:
+        why = "this CPU has neither AVX512-BF16 nor AVX2 with FMA" if torch.backends.mkldnn.is_available() \
+            else "this torch has no oneDNN"
     else:
         try:
-            path = library_path()
+            path = library_path(target)
             if not path.is_file():
                 if progress:
                     progress("building the native kernels (once per machine, ~10 s)", None)
-                _build(path)
+                _build(path, target)
             torch.ops.load_library(str(path))
             ok = True
         except (OSError, RuntimeError, subprocess.SubprocessError) as e:
@@ -99,7 +119,7 @@ def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
             return q.new_empty(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
 
         _FAKE.extend((_, _attention))
-    _state["ok"], _state["why"] = ok, why
+    _state["ok"], _state["why"], _state["isa"] = ok, why, target if ok else None
     return ok
 
 
@@ -108,12 +128,25 @@ def loaded() -> bool:
     return bool(_state.get("ok"))
 
 
+def running() -> str | None:
+    """The build loaded in this process ("avx512bf16", "avx2"), or None; never builds."""
+    return _state.get("isa")  # type: ignore[return-value]
+
+
+def bf16() -> bool:
+    """The loaded build has the bf16 ops (the linear's bf16 path and the attention); never builds."""
+    return running() == "avx512bf16"
+
+
 def problem() -> str | None:
     """Why load() is False (None before it ran or when it is True)."""
     return _state.get("why")  # type: ignore[return-value]
 
 
 def usable(w: torch.Tensor) -> bool:
-    """A weight the linear takes: [N, K] with N a multiple of 16, bf16 with K even or fp32."""
+    """A weight this CPU's build takes: [N, K] with N a multiple of 16, fp32, or bf16 with K even where the
+    build has bf16 (never builds)."""
     return (w.dim() == 2 and w.shape[0] % 16 == 0
-            and (w.dtype == torch.float32 or (w.dtype == torch.bfloat16 and w.shape[1] % 2 == 0)))
+            and (w.dtype == torch.float32
+                 or (w.dtype == torch.bfloat16 and w.shape[1] % 2 == 0
+                     and (_state.get("isa") if "ok" in _state else isa()) == "avx512bf16")))

@@ -1,5 +1,6 @@
-// Kernels for decode passes (1-16 tree nodes) on CPUs with AVX512-BF16: a linear (bf16 and fp32) and a bf16
-// attention.
+// Kernels for decode passes (1-16 tree nodes) on x86 CPUs: built with AVX512-BF16, a linear (bf16 and fp32) and a
+// bf16 attention; built with AVX2 + FMA (a CPU without AVX512-BF16), the fp32 linear alone, which sums every
+// output in the same order with the same fused multiply-adds, so its results equal the AVX512 build's bit for bit.
 //
 // y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation (bf16: rounded to bf16 once, as oneDNN does). W is packed once,
 // bf16 as [N/16, K/2, 16, 2] (one 64-byte load gives 16 output columns x 2 inputs, the operand of one
@@ -49,12 +50,20 @@ inline void with_rows(int n, F&& f) {
   }
 }
 
-// The two element types of the GEMM: every step of a tile reads 64 bytes of each block of W (bf16: 16 columns x
-// 2 inputs for one vdpbf16ps; fp32: 16 columns x 1 input for one FMA) and broadcasts the rows' matching inputs.
+// The element types of the GEMM: every step of a tile reads 64 bytes of each block of W (bf16: 16 columns x
+// 2 inputs for one vdpbf16ps; fp32: 16 columns x 1 input, one 512-bit FMA or two 256-bit ones) and broadcasts the
+// rows' matching inputs into the accumulators of 16 columns (Acc). WIDE: tiles of 2-4 blocks fit the register file
+// (32 zmm); with 16 ymm a tile takes one block, and at most MTILE rows.
+#if defined(__AVX512BF16__)
+#define ASSISTANT_BF16 1
 struct Bf16 {
   using T = uint16_t;
   using V = __m512bh;
+  using Acc = __m512;
   static constexpr int64_t K_STEP = 2;          // inputs a step consumes
+  static constexpr bool WIDE = true;
+  static constexpr int64_t MTILE = 8;
+  static Acc zero() { return _mm512_setzero_ps(); }
   static V w(const T* p) { return (V)_mm512_loadu_si512(p); }
   static V x(const T* row, int64_t s) { return (V)_mm512_set1_epi32(reinterpret_cast<const int32_t*>(row)[s]); }
   static __m512 fma(__m512 acc, V x, V w) { return _mm512_dpbf16_ps(acc, x, w); }
@@ -63,15 +72,43 @@ struct Bf16 {
   }
 };
 
+#endif
+
+#if defined(__AVX512F__)
 struct F32 {
   using T = float;
   using V = __m512;
+  using Acc = __m512;
   static constexpr int64_t K_STEP = 1;
+  static constexpr bool WIDE = true;
+  static constexpr int64_t MTILE = 8;
+  static Acc zero() { return _mm512_setzero_ps(); }
   static V w(const T* p) { return _mm512_loadu_ps(p); }
   static V x(const T* row, int64_t s) { return _mm512_set1_ps(row[s]); }
-  static __m512 fma(__m512 acc, V x, V w) { return _mm512_fmadd_ps(x, w, acc); }
-  static void store(T* y, __m512 acc) { _mm512_storeu_ps(y, acc); }
+  static Acc fma(Acc acc, V x, V w) { return _mm512_fmadd_ps(x, w, acc); }
+  static void store(T* y, Acc acc) { _mm512_storeu_ps(y, acc); }
 };
+#else
+struct F32 {                                    // 16 columns as two halves of 8
+  using T = float;
+  struct V { __m256 lo, hi; };
+  using Acc = V;
+  static constexpr int64_t K_STEP = 1;
+  static constexpr bool WIDE = false;
+  static constexpr int64_t MTILE = 6;           // 12 accumulators + 2 of W + 1 broadcast: 15 of 16 ymm
+  static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static V w(const T* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static V x(const T* row, int64_t s) {
+    const __m256 b = _mm256_broadcast_ss(row + s);
+    return {b, b};
+  }
+  static Acc fma(Acc acc, V x, V w) { return {_mm256_fmadd_ps(x.lo, w.lo, acc.lo), _mm256_fmadd_ps(x.hi, w.hi, acc.hi)}; }
+  static void store(T* y, Acc acc) {
+    _mm256_storeu_ps(y, acc.lo);
+    _mm256_storeu_ps(y + 8, acc.hi);
+  }
+};
+#endif
 
 // MT rows x NB blocks of 16 columns over `steps` steps; w points at the first block, blocks are steps * 64 bytes
 // apart. Step s also asks for the bytes [s, s + 1) * ahead of pf (ahead 0: none).
@@ -79,9 +116,9 @@ template <class E, int MT, int NB>
 inline void tile(const typename E::T* __restrict x, int64_t K, const typename E::T* __restrict w, int64_t steps,
                  typename E::T* __restrict y, int64_t N, const char* pf, int64_t ahead) {
   constexpr int64_t PER = 64 / sizeof(typename E::T);      // elements of a block a step reads
-  __m512 acc[MT][NB];
+  typename E::Acc acc[MT][NB];
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NB; ++j) acc[i][j] = E::zero();
   const int64_t block = steps * PER;
   for (int64_t s = 0; s < steps; ++s) {
     for (int64_t off = s * ahead; off < (s + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
@@ -103,7 +140,6 @@ void rows(int m, const typename E::T* x, int64_t K, const typename E::T* w, int6
 }
 
 constexpr int64_t GROUP = 4;   // blocks of 16 columns a task takes: 64 columns, <= 196 KB of bf16 W at K = 1536
-constexpr int64_t MTILE = 8;
 
 template <class E>
 void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w, int64_t steps, int64_t blocks,
@@ -117,21 +153,24 @@ void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w,
       // the next group starts where this one ends; a prefetch past the weight's end never faults
       const char* next = reinterpret_cast<const char*>(wb + nb * steps * PER);
       const bool fetch = M >= PREFETCH_MIN_ROWS && g + 1 < groups;
-      for (int64_t m0 = 0; m0 < M; m0 += MTILE) {
-        const int m = static_cast<int>(std::min<int64_t>(MTILE, M - m0));
+      for (int64_t m0 = 0; m0 < M; m0 += E::MTILE) {
+        const int m = static_cast<int>(std::min<int64_t>(E::MTILE, M - m0));
         const typename E::T* xm = xp + m0 * K;
         typename E::T* ym = yp + m0 * n + b0 * 16;
         // this tile's share of the next group: m / M of every block, `steps` steps of `per_block` bytes each
         const int64_t per_block = fetch ? 64 * m / M : 0;
         const char* pf = next + m0 * nb * steps * 64 / M;
-        if (nb == 4 && m <= 4) {
-          rows<E, 4>(m, xm, K, wb, steps, ym, n, pf, 4 * per_block);
-          continue;
-        }
         int64_t b = 0;
-        for (; b + 2 <= nb; b += 2)
-          rows<E, 2>(m, xm, K, wb + b * steps * PER, steps, ym + b * 16, n, pf + b * steps * per_block, 2 * per_block);
-        if (b < nb)
+        if constexpr (E::WIDE) {
+          if (nb == 4 && m <= 4) {
+            rows<E, 4>(m, xm, K, wb, steps, ym, n, pf, 4 * per_block);
+            continue;
+          }
+          for (; b + 2 <= nb; b += 2)
+            rows<E, 2>(m, xm, K, wb + b * steps * PER, steps, ym + b * 16, n, pf + b * steps * per_block,
+                       2 * per_block);
+        }
+        for (; b < nb; ++b)
           rows<E, 1>(m, xm, K, wb + b * steps * PER, steps, ym + b * 16, n, pf + b * steps * per_block, per_block);
       }
     }
@@ -146,16 +185,20 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
               "assistant_kernels::linear: a bf16 or fp32 input and a packed weight of its dtype expected");
   const at::Tensor xc = x.contiguous();
   const int64_t K = xc.size(-1), steps = wp.size(1), blocks = wp.size(0);
-  TORCH_CHECK(K == steps * (bf16 ? Bf16::K_STEP : F32::K_STEP) && n == blocks * 16,
+  TORCH_CHECK(K == steps * (bf16 ? 2 : F32::K_STEP) && n == blocks * 16,
               "assistant_kernels::linear: shapes do not match the packed weight");
   const int64_t M = K ? xc.numel() / K : 0;
   std::vector<int64_t> sizes = xc.sizes().vec();
   sizes.back() = n;
   at::Tensor y = at::empty(sizes, xc.options());
-  if (bf16)
+  if (bf16) {
+#ifdef ASSISTANT_BF16
     gemm<Bf16>(reinterpret_cast<const uint16_t*>(xc.data_ptr()), M, K, reinterpret_cast<const uint16_t*>(wp.data_ptr()),
                steps, blocks, reinterpret_cast<uint16_t*>(y.data_ptr()), n);
-  else
+#else
+    TORCH_CHECK(false, "assistant_kernels::linear: this build (AVX2) has no bf16 kernel");
+#endif
+  } else
     gemm<F32>(xc.data_ptr<float>(), M, K, wp.data_ptr<float>(), steps, blocks, y.data_ptr<float>(), n);
   return y;
 }
@@ -171,6 +214,7 @@ at::Tensor linear(const at::Tensor& x, int64_t key, int64_t n) {
   return linear_packed(x, w, n);
 }
 
+#ifdef ASSISTANT_BF16
 // e^x for 16 floats (Cephes' expf polynomial, ~1 ulp); 0 below -87 (a masked score).
 inline __m512 exp16(__m512 x) {
   const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
@@ -365,6 +409,11 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   });
   return out;
 }
+#else
+at::Tensor attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
+  TORCH_CHECK(false, "assistant_kernels::attention: this build (AVX2) has no bf16 kernel");
+}
+#endif
 
 at::Tensor pack(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.size(0) % 16 == 0 &&

@@ -7,12 +7,12 @@ contiguous, with `weight` an [out, in] view of it, so `F.linear` runs `x @ W^T` 
 contiguous matrix. "packed" (CPU only) reorders each weight once into oneDNN's blocked
 format and runs the module through the custom op `assistant::packed_linear` (traceable by
 torch.compile, which calls it as one opaque kernel); a bf16 or fp32 weight the native kernel takes
-(assistant.runtime.kernels: AVX512-BF16 CPUs, built on this machine) is packed for it instead and runs
-through `assistant_kernels::linear`, a C++ op with no Python on its way; sibling linears that read one input (GROUPS:
-q/k/v, gate/up) share one packed weight and one GEMM, each taking its columns of the product
-(`DedupPackedLinear` merges their calls in a compiled graph); the dense `weight` becomes a
-zero-stride placeholder of the same shape, except where the tensor is shared with an
-embedding (SmolLM2's tied output layer), so memory stays that of one copy. Values,
+(assistant.runtime.kernels: bf16 and fp32 on AVX512-BF16 CPUs, fp32 on AVX2 + FMA ones, built on this
+machine) is packed for it instead and runs through `assistant_kernels::linear`, a C++ op with no Python
+on its way; sibling linears that read one input (GROUPS: q/k/v, gate/up) share one packed weight and
+one GEMM, each taking its columns of the product (`DedupPackedLinear` merges their calls in a compiled
+graph); the dense `weight` becomes a zero-stride placeholder of the same shape, except where the tensor
+is shared with an embedding (SmolLM2's tied output layer), so memory stays that of one copy. Values,
 shapes, parameter identity and weight tying are unchanged, the modeling code is
 untouched, and every layout converts back to every other exactly (`to_dense` of a
 packed weight is the original). The other CPU tensors are copied too, so the
@@ -74,7 +74,7 @@ def _packed_op(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
 
 def _native_pack(dense: torch.Tensor) -> torch.Tensor | None:
     """`dense` packed for the native kernel, or None where it does not run (another dtype or shape,
-    no AVX512-BF16, no compiler): oneDNN packs it then."""
+    bf16 on a CPU without AVX512-BF16, no compiler): oneDNN packs it then."""
     from assistant.runtime import kernels
 
     if not (kernels.usable(dense) and kernels.load()):

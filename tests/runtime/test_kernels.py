@@ -250,21 +250,23 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not {"avx2", "fma"} <= cpuinfo.flags(), reason="this CPU has no AVX2 with FMA")
-def test_avx2_build_runs_fp32_alone_and_equals_the_avx512_build_bit_for_bit(tmp_path):
-    """ASSISTANT_KERNELS=avx2 (in a process of its own: one build a process) builds the fp32-only kernels a CPU
-    without AVX512-BF16 takes. Its linear sums in the same order with the same FMAs, so on an AVX512-BF16 CPU
-    its products and a packed model's logits equal the AVX512 build's bit for bit (else a float64 product's);
-    it refuses bf16 (the weights stay oneDNN's) with a one-line error."""
+@pytest.mark.parametrize("build", ["avx512", "avx2"])
+def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path):
+    """ASSISTANT_KERNELS=avx512|avx2 (in a process of its own: one build a process) builds the fp32-only kernels
+    a CPU without AVX512-BF16 takes. Their linear sums in the same order with the same FMAs, so on an AVX512-BF16
+    CPU its products and a packed model's logits equal that build's bit for bit (and a float64 product's to
+    rounding); they refuse bf16 (the weights stay oneDNN's) with a one-line error."""
+    if not kernels.ISAS[build][1] <= cpuinfo.flags():
+        pytest.skip(f"this CPU cannot run the {build} build")
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, ASSISTANT_KERNELS="avx2", PYTHONPATH=str(root))
+    env = dict(os.environ, ASSISTANT_KERNELS=build, PYTHONPATH=str(root))
     r = subprocess.run([sys.executable, "-c", _AVX2_RUN, str(tmp_path / "y.pt"), json.dumps(_SHAPES)], env=env,
                        cwd=root, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["isa"] == "avx2" and not got["bf16"] and not got["usable_bf16"]
+    assert got["isa"] == build and not got["bf16"] and not got["usable_bf16"]
     assert got["native_keys"] == 2 * 4 + 1                       # every fp32 linear of the tiny model
-    assert len(got["errors"]) == 2 and all("(AVX2) has no bf16 kernel" in e for e in got["errors"])
+    assert len(got["errors"]) == 2 and all("(no AVX512-BF16) has no bf16 kernel" in e for e in got["errors"])
     ys = torch.load(tmp_path / "y.pt")
     same_build = kernels.load() and kernels.running() == "avx512bf16"
     for n, k, m in _SHAPES:
@@ -282,3 +284,25 @@ def test_avx2_build_runs_fp32_alone_and_equals_the_avx512_build_bit_for_bit(tmp_
                 assert torch.equal(ys["logits"], t.model(torch.tensor([[5, 7, 9, 11, 13]])).logits)
             finally:
                 set_layout(t.model, "out")
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the packed layout needs oneDNN")
+def test_each_cpu_takes_the_best_build_it_runs_or_the_one_asked_for(monkeypatch):
+    laptop = frozenset({"sse4_2", "avx", "avx2", "fma"})
+    server = laptop | {"avx512f", "avx512bw", "avx512vl"}
+    zen4 = server | {"avx512_bf16"}
+    monkeypatch.delenv("ASSISTANT_KERNELS", raising=False)
+    for flags, want in ((zen4, "avx512bf16"), (server, "avx512"), (laptop, "avx2"), (frozenset({"avx"}), None)):
+        monkeypatch.setattr(cpuinfo, "flags", lambda f=flags: f)
+        assert kernels.isa() == want
+    monkeypatch.setattr(cpuinfo, "flags", lambda: zen4)
+    monkeypatch.setenv("ASSISTANT_KERNELS", "avx2")
+    assert kernels.isa() == "avx2"
+    monkeypatch.setattr(cpuinfo, "flags", lambda: laptop)
+    monkeypatch.setenv("ASSISTANT_KERNELS", "avx512")
+    assert kernels.isa() is None
+    monkeypatch.setattr(kernels, "_state", {})
+    assert not kernels.load() and kernels.problem() == "this CPU cannot run the avx512 build"
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("ASSISTANT_KERNELS", "0")
+    assert kernels.isa() is None

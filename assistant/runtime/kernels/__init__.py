@@ -2,19 +2,20 @@
 
 Contract: `load(progress)` returns True once `torch.ops.assistant_kernels` (cpu.cpp beside this file) is loaded,
 building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once per machine, torch version and
-`isa()`, into the user cache directory), or False where it cannot run: neither AVX512-BF16 nor AVX2 + FMA, no
+`isa()`, into the user cache directory), or False where it cannot run: neither AVX512 nor AVX2 + FMA, no
 compiler, a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead).
-`isa()` names the build this CPU takes, without building: "avx512bf16" (every op, both dtypes) or "avx2" (the
-fp32 linear alone: most laptops' CPUs, whose fp32 passes oneDNN ran; ASSISTANT_KERNELS=avx2 picks it on an
-AVX512 CPU, as the tests do). `loaded()` says whether it ran, `running()` which build, `bf16()` whether it has the bf16 ops (these never
-build). The ops:
+`isa()` names the build this CPU takes, without building: "avx512bf16" (every op, both dtypes), else the fp32
+linear alone, "avx512" (AVX512F: many cloud servers' CPUs) or "avx2" (AVX2 + FMA: most laptops' CPUs), where
+oneDNN ran the fp32 passes before; ASSISTANT_KERNELS=avx512|avx2 takes that build on a CPU that has more, as
+the tests do. `loaded()` says whether it ran, `running()` which build, `bf16()` whether it
+has the bf16 ops (these never build). The ops:
 - `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
   `pack`, bf16 as [N/16, K/2, 16, 2] and fp32 as [N/16, K, 16], `unpack` gives it back exactly), the packed
   layout's GEMM (assistant.runtime.layout) in both dtypes; `usable(w)` says whether a weight fits it;
 - `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
   an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention in bf16 (trees and prefill chunks).
-The AVX2 build's fp32 linear sums every output in the AVX512 build's order with the same fused multiply-adds:
-its results are equal bit for bit, so the exactness measured on one holds on the other.
+Every build's fp32 linear sums each output in one order with the same fused multiply-adds: their results are
+equal bit for bit, so the exactness measured on one holds on the others.
 
 Why: oneDNN's linear for 1-16 rows reads SmolLM2's layer weights at half the speed this loop does (bf16 576x576:
 109 vs 46 us at 4 rows; 960x576 123 vs 66; 49152x576 2.17 vs 2.00 ms; 2 threads, machine E, cache swept between
@@ -37,8 +38,11 @@ from assistant.runtime import cpuinfo
 
 SOURCE = Path(__file__).with_name("cpu.cpp")
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
-ISAS = {"avx512bf16": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
-        "avx2": ("-mavx2", "-mfma")}
+# build -> (compiler flags, the CPU flags it needs), best first
+ISAS = {"avx512bf16": (("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
+                       {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}),
+        "avx512": (("-mavx512f",), {"avx512f"}),
+        "avx2": (("-mavx2", "-mfma"), {"avx2", "fma"})}
 
 _state: dict[str, object] = {}
 _FAKE: list = []            # the shape function torch.compile traces the op with, registered once a process
@@ -49,14 +53,14 @@ def _compiler() -> str:
 
 
 def isa() -> str | None:
-    """The build this CPU takes (see the module contract), or None: turned off or neither instruction set."""
+    """The build this CPU takes (see the module contract), or None: turned off, or no build fits this CPU.
+    ASSISTANT_KERNELS names one to take instead of the best (where the CPU has its instructions)."""
     asked = os.environ.get("ASSISTANT_KERNELS", "1")
     if asked == "0" or not torch.backends.mkldnn.is_available():
         return None
     flags = cpuinfo.flags()
-    if asked != "avx2" and "avx512_bf16" in flags:
-        return "avx512bf16"
-    return "avx2" if {"avx2", "fma"} <= flags else None
+    fits = [name for name, (_, needs) in ISAS.items() if needs <= flags and asked in (name, "1")]
+    return fits[0] if fits else None
 
 
 def library_path(target: str | None = None) -> Path:
@@ -66,7 +70,7 @@ def library_path(target: str | None = None) -> Path:
     target = target or isa() or "avx512bf16"
     h = hashlib.sha256(SOURCE.read_bytes())
     h.update(f"{torch.__version__} {torch._C._GLIBCXX_USE_CXX11_ABI} {sys.version_info[:2]} {FLAGS} "
-             f"{ISAS[target]}".encode())
+             f"{ISAS[target][0]}".encode())
     return cache_dir() / "kernels" / f"cpu-{target}-{h.hexdigest()[:16]}.so"
 
 
@@ -75,7 +79,7 @@ def _build(out: Path, target: str) -> None:
 
     out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    cmd = [_compiler(), *FLAGS, *ISAS[target], f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    cmd = [_compiler(), *FLAGS, *ISAS[target][0], f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *[f"-I{p}" for p in include_paths()], str(SOURCE), "-o", str(tmp),
            *[f"-L{p}" for p in library_paths()], "-lc10", "-ltorch_cpu"]
     try:
@@ -96,8 +100,10 @@ def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
     if os.environ.get("ASSISTANT_KERNELS", "1") == "0":
         why = "turned off (ASSISTANT_KERNELS=0)"
     elif target is None:
-        why = "this CPU has neither AVX512-BF16 nor AVX2 with FMA" if torch.backends.mkldnn.is_available() \
-            else "this torch has no oneDNN"
+        asked = os.environ.get("ASSISTANT_KERNELS", "1")
+        why = ("this torch has no oneDNN" if not torch.backends.mkldnn.is_available()
+               else f"this CPU cannot run the {asked} build" if asked in ISAS
+               else "this CPU has neither AVX512 nor AVX2 with FMA")
     else:
         try:
             path = library_path(target)

@@ -1,6 +1,6 @@
 // Kernels for decode passes (1-16 tree nodes) on x86 CPUs: built with AVX512-BF16, a linear (bf16 and fp32) and a
-// bf16 attention; built with AVX2 + FMA (a CPU without AVX512-BF16), the fp32 linear alone, which sums every
-// output in the same order with the same fused multiply-adds, so its results equal the AVX512 build's bit for bit.
+// bf16 attention; built with AVX512F alone or AVX2 + FMA (CPUs without AVX512-BF16), the fp32 linear alone. Every
+// build sums each output in the same order with the same fused multiply-adds: their results are equal bit for bit.
 //
 // y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation (bf16: rounded to bf16 once, as oneDNN does). W is packed once,
 // bf16 as [N/16, K/2, 16, 2] (one 64-byte load gives 16 output columns x 2 inputs, the operand of one
@@ -194,7 +194,7 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
     gemm<Bf16>(reinterpret_cast<const uint16_t*>(xc.data_ptr()), M, K, reinterpret_cast<const uint16_t*>(wp.data_ptr()),
                steps, blocks, reinterpret_cast<uint16_t*>(y.data_ptr()), n);
 #else
-    TORCH_CHECK(false, "assistant_kernels::linear: this build (AVX2) has no bf16 kernel");
+    TORCH_CHECK(false, "assistant_kernels::linear: this build (no AVX512-BF16) has no bf16 kernel");
 #endif
   } else
     gemm<F32>(xc.data_ptr<float>(), M, K, wp.data_ptr<float>(), steps, blocks, y.data_ptr<float>(), n);
@@ -409,7 +409,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 }
 #else
 at::Tensor attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
-  TORCH_CHECK(false, "assistant_kernels::attention: this build (AVX2) has no bf16 kernel");
+  TORCH_CHECK(false, "assistant_kernels::attention: this build (no AVX512-BF16) has no bf16 kernel");
 }
 #endif
 

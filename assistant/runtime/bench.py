@@ -233,7 +233,7 @@ def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": {"max_new_tokens": cfg.max_new_tokens, "tree_width": cfg.tree_width, "methods": list(cfg.methods),
                    "layout": cfg.layout, "engine": cfg.engine, "verify_costs": relative_costs(cfg.width_costs)},
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": cpu_flags(), "kernels": native_build(target),
         "methods": methods, "divergences": divergences, "per_prompt": rows,
     }
 
@@ -251,17 +251,30 @@ def relative_costs(width_costs: Sequence[tuple[int, float]]) -> dict[str, float]
 
 
 def cpu_flags() -> str:
-    """The /proc/cpuinfo flags that decide CPU speed here: native bf16 and AMX (or "n/a")."""
+    """The /proc/cpuinfo flags that decide CPU speed here: the native kernels' builds, native bf16 and AMX
+    (or "n/a")."""
     flags = cpuinfo.flags()
     if not flags:
         return "n/a"
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
     return " ".join(f for f in wanted if f in flags) or "none of " + ",".join(wanted)
 
 
+def native_build(target) -> str:
+    """Which build of the native kernels ran greedy and phrase (assistant.runtime.kernels): "avx512bf16",
+    "avx512", "avx2", or "none (why)" on a CPU where oneDNN ran them; "n/a" off the CPU."""
+    from assistant.runtime import kernels
+
+    if target.device.type != "cpu":
+        return "n/a"
+    return kernels.running() or f"none ({kernels.problem() or 'not loaded'})"
+
+
 def format_table(report: dict) -> str:
+    kernels = f"; kernels {report['kernels']}" if "kernels" in report else ""
     lines = [f"{report['target']} {report['dtype']} on {report['device']} ({report['machine']}; "
-             f"engine {report.get('config', {}).get('engine', 'eager')}; cpu flags: {report.get('cpu_flags', 'n/a')})",
+             f"engine {report.get('config', {}).get('engine', 'eager')}{kernels}; "
+             f"cpu flags: {report.get('cpu_flags', 'n/a')})",
              f"{'method':8} {'tok/pass':>9} {'tok/s':>8} {'vs hf':>7} {'exact':>7}"]
     for m, s in report["methods"].items():
         # without hf in the run there is nothing to compare with: "-", not "nanx"

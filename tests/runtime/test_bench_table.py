@@ -23,6 +23,12 @@ def test_table_with_hf_prints_ratios():
     assert out.splitlines()[3].split() == ["phrase", "2.50", "12.00", "1.50x", "0.80"]
 
 
+def test_header_names_the_native_kernels_build():
+    report = dict(_report({"greedy": {"tokens_per_pass": 1.0, "tokens_per_second": 12.0}}), kernels="avx2",
+                  cpu_flags="avx2 fma")
+    assert format_table(report).splitlines()[0].endswith("engine eager; kernels avx2; cpu flags: avx2 fma)")
+
+
 def test_table_names_the_source_of_the_drafted_tokens():
     out = format_table(_report({"phrase": {"tokens_per_pass": 2.0, "tokens_per_second": 10.0,
                                            "banked_by_source": {"phrase": 30, "prompt": 10}}}))

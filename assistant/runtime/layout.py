@@ -41,6 +41,7 @@ LAYOUTS = ("out", "in", "packed")
 _PACKED: dict[int, torch.Tensor] = {}     # key -> packed weight, read by assistant::packed_linear (oneDNN)
 _NATIVE: set[int] = set()                  # keys packed for assistant_kernels::linear instead (kernels/)
 _next_key = 0
+_next_side_key = 1 << 40                   # keys of modules no compiled graph reads (set_layout's `side`)
 
 
 _LIB = torch.library.Library("assistant", "DEF")
@@ -219,15 +220,19 @@ def _groups(model, shared: set[int], linears: list[torch.nn.Linear]) -> list[lis
     return out
 
 
-def _pack(model) -> int:
-    global _next_key
+def _pack(model, side: bool = False) -> int:
+    global _next_key, _next_side_key
     if not packing_supported(model):
         raise ValueError("the packed weight layout needs oneDNN and fp32/bf16 weights on the CPU")
     shared = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     todo = [m for m in _linears(model) if not _is_packed(m)]
     for mod in todo:
-        if getattr(mod, "_assistant_key", None) is None:   # one key per module for the life of the process:
-            mod._assistant_key, _next_key = _next_key, _next_key + 1    # a compiled graph bakes it in
+        if getattr(mod, "_assistant_key", None) is not None:   # one key per module for the life of the
+            continue                                            # process: a compiled graph bakes it in
+        if side:
+            mod._assistant_key, _next_side_key = _next_side_key, _next_side_key + 1
+        else:
+            mod._assistant_key, _next_key = _next_key, _next_key + 1
     for members in _groups(model, shared, todo):
         key = members[0]._assistant_key
         dense = [m.weight.data.contiguous() for m in members]
@@ -280,12 +285,15 @@ def _unpack(model) -> int:
 
 
 @torch.no_grad()
-def set_layout(model, layout: str) -> int:
-    """Put `model`'s linear weights in `layout` ("out", "in" or "packed"); returns how many changed."""
+def set_layout(model, layout: str, side: bool = False) -> int:
+    """Put `model`'s linear weights in `layout` ("out", "in" or "packed"); returns how many changed. `side`:
+    a module no compiled graph reads (a drafter's head) takes its packed weights' keys from a range of its
+    own, so packing it leaves the keys the target's next packing gets (and a compiled graph bakes in)
+    as they would be without it."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown weight layout {layout!r}: choose {', '.join(LAYOUTS)}")
     if layout == "packed":
-        changed = _pack(model)
+        changed = _pack(model, side)
         if changed:   # copy what still points into the checkpoint's mapping (the tied embedding included)
             _own_cpu_storage(model, {id(w) for w in _weights(model) if w.stride() == (0, 0)})
             _return_freed_memory()

@@ -52,3 +52,24 @@ def test_a_head_drafts_in_bf16_beside_a_bf16_target_and_proposes_the_same(wide_l
     with torch.inference_mode():
         paths = d16.propose(ctx)
     assert paths and all(len(p) >= 1 for p in paths) and len(d16.node_values) == len(paths)
+
+
+def test_a_cpu_head_is_packed_with_keys_apart_from_the_targets(wide_llama):
+    """The runtime's head reads packed weights (no reorder inside oneDNN at every call) under keys of its own
+    range, so the keys the target's packing takes next, which a compiled graph bakes in, do not move."""
+    from assistant.runtime import layout
+    from assistant.runtime.head import load_artifact
+
+    fp32 = Target(model=wide_llama, tokenizer=None, name=SMOL, dtype="fp32", device=torch.device("cpu"))
+    if not layout.packing_supported(wide_llama):
+        pytest.skip("no oneDNN packing here")
+    before = layout._next_key
+    head = phrase_head(build_drafter(fp32)[0])
+    assert layout._next_key == before
+    assert layout.layout_of(head) == "packed" and min(layout.packed_keys(head)) >= 1 << 40
+    dense = load_artifact(shipped_head(SMOL)).head.float()
+    g = torch.Generator().manual_seed(2)
+    feats = torch.randn(3, 576, generator=g)
+    emb = wide_llama.get_input_embeddings()(torch.arange(200, 203))
+    with torch.inference_mode():
+        torch.testing.assert_close(head(feats, emb), dense(feats, emb), rtol=1e-4, atol=1e-4)

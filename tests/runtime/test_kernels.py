@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from assistant.runtime import cpuinfo, kernels
 from assistant.runtime.layout import _NATIVE, layout_of, native_keys, set_layout
@@ -218,8 +219,9 @@ def test_first_load_builds_into_the_user_cache_and_says_so(monkeypatch, tmp_path
 
 _SHAPES = [(16, 3, m) for m in (1, 7)] + [(960, 576, m) for m in (0, 1, 4, 5, 6, 7, 13, 16)] + [(64, 1536, 17)]
 
-_AVX2_RUN = """
+_FP32_BUILD_RUN = """
 import json, sys, torch
+from safetensors.torch import save_file
 from assistant.runtime import kernels
 from tests.conftest import tiny_qwen3
 from assistant.runtime.layout import native_keys, set_layout
@@ -245,7 +247,7 @@ for call in (lambda: torch.ops.assistant_kernels.linear_packed(torch.zeros(1, 4,
         call()
     except RuntimeError as e:
         out["errors"].append(str(e).splitlines()[0])
-torch.save(ys, sys.argv[1])
+save_file({k: v.contiguous() for k, v in ys.items()}, sys.argv[1])
 print(json.dumps(out))
 """
 
@@ -260,14 +262,15 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
         pytest.skip(f"this CPU cannot run the {build} build")
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, ASSISTANT_KERNELS=build, PYTHONPATH=str(root))
-    r = subprocess.run([sys.executable, "-c", _AVX2_RUN, str(tmp_path / "y.pt"), json.dumps(_SHAPES)], env=env,
-                       cwd=root, capture_output=True, text=True, timeout=600)
+    out = tmp_path / "y.safetensors"
+    r = subprocess.run([sys.executable, "-c", _FP32_BUILD_RUN, str(out), json.dumps(_SHAPES)], env=env, cwd=root,
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["isa"] == build and not got["bf16"] and not got["usable_bf16"]
     assert got["native_keys"] == 2 * 4 + 1                       # every fp32 linear of the tiny model
     assert len(got["errors"]) == 2 and all("(no AVX512-BF16) has no bf16 kernel" in e for e in got["errors"])
-    ys = torch.load(tmp_path / "y.pt")
+    ys = load_file(out)
     same_build = kernels.load() and kernels.running() == "avx512bf16"
     for n, k, m in _SHAPES:
         g = torch.Generator().manual_seed(n * 1000 + k + m)

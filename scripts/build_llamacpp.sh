@@ -7,6 +7,8 @@
 #   SmolLM2-135M-Instruct.BF16.gguf            the cached safetensors weights, converted (same weights as ours)
 #   SmolLM2-135M-Instruct.Q4_1.gguf            the GGUF assistant/runtime/fetch.py downloads (linked)
 # Usage: scripts/build_llamacpp.sh [PYTHON]   (PYTHON: the project's venv python, default .venv/bin/python)
+# LLAMACPP_CMAKE_ARGS replaces -DGGML_NATIVE=ON, e.g. for a build held to AVX2 as on a laptop's CPU:
+#   LLAMACPP_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.3.36
@@ -20,8 +22,10 @@ if [ ! -x "$OUT/bin/llama-completion" ]; then
   "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$WORK"
   tar -xzf "$WORK/llama_cpp_python-$VERSION.tar.gz" -C "$WORK"
   SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
-  echo "[llamacpp] configuring (GGML_NATIVE=ON: tuned to this CPU)"
-  cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  ISA=${LLAMACPP_CMAKE_ARGS:--DGGML_NATIVE=ON}
+  echo "[llamacpp] configuring ($ISA)"
+  # shellcheck disable=SC2086  # ISA is a list of cmake arguments
+  cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $ISA -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF >/dev/null
   echo "[llamacpp] building llama-completion and llama-bench (~10 min on 2 cores)"
   cmake --build "$WORK/build" -j"$(nproc)" --target llama-completion llama-bench

@@ -7,8 +7,8 @@ contiguous, with `weight` an [out, in] view of it, so `F.linear` runs `x @ W^T` 
 contiguous matrix. "packed" (CPU only) reorders each weight once into oneDNN's blocked
 format and runs the module through the custom op `assistant::packed_linear` (traceable by
 torch.compile, which calls it as one opaque kernel); a bf16 or fp32 weight the native kernel takes
-(assistant.runtime.kernels: bf16 and fp32 on AVX512-BF16 CPUs, fp32 on AVX2 + FMA ones, built on this
-machine) is packed for it instead and runs through `assistant_kernels::linear`, a C++ op with no Python
+(assistant.runtime.kernels: bf16 and fp32 on AVX512-BF16 CPUs, fp32 on AVX512F or AVX2 + FMA ones, built
+on this machine) is packed for it instead and runs through `assistant_kernels::linear`, a C++ op with no Python
 on its way; sibling linears that read one input (GROUPS: q/k/v, gate/up) share one packed weight and
 one GEMM, each taking its columns of the product (`DedupPackedLinear` merges their calls in a compiled
 graph); the dense `weight` becomes a zero-stride placeholder of the same shape, except where the tensor

@@ -79,7 +79,8 @@ def _build(out: Path, target: str) -> None:
 
     out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    cmd = [_compiler(), *FLAGS, *ISAS[target][0], f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    cmd = [_compiler(), *FLAGS, *ISAS[target][0],
+           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *[f"-I{p}" for p in include_paths()], str(SOURCE), "-o", str(tmp),
            *[f"-L{p}" for p in library_paths()], "-lc10", "-ltorch_cpu"]
     try:
@@ -135,7 +136,7 @@ def loaded() -> bool:
 
 
 def running() -> str | None:
-    """The build loaded in this process ("avx512bf16", "avx2"), or None; never builds."""
+    """The build loaded in this process ("avx512bf16", "avx512", "avx2"), or None; never builds."""
     return _state.get("isa")  # type: ignore[return-value]
 
 

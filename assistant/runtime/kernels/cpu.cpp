@@ -103,7 +103,9 @@ struct F32 {                                    // 16 columns as two halves of 8
     const __m256 b = _mm256_broadcast_ss(row + s);
     return {b, b};
   }
-  static Acc fma(Acc acc, V x, V w) { return {_mm256_fmadd_ps(x.lo, w.lo, acc.lo), _mm256_fmadd_ps(x.hi, w.hi, acc.hi)}; }
+  static Acc fma(Acc acc, V x, V w) {
+    return {_mm256_fmadd_ps(x.lo, w.lo, acc.lo), _mm256_fmadd_ps(x.hi, w.hi, acc.hi)};
+  }
   static void store(T* y, Acc acc) {
     _mm256_storeu_ps(y, acc.lo);
     _mm256_storeu_ps(y + 8, acc.hi);

@@ -97,11 +97,10 @@ def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
     """Load (building once if needed) this CPU's build; False where it cannot run here (see problem())."""
     if "ok" in _state:
         return bool(_state["ok"])
-    ok, why, target = False, None, isa()
-    if os.environ.get("ASSISTANT_KERNELS", "1") == "0":
+    ok, why, target, asked = False, None, isa(), os.environ.get("ASSISTANT_KERNELS", "1")
+    if asked == "0":
         why = "turned off (ASSISTANT_KERNELS=0)"
     elif target is None:
-        asked = os.environ.get("ASSISTANT_KERNELS", "1")
         why = ("this torch has no oneDNN" if not torch.backends.mkldnn.is_available()
                else f"this CPU cannot run the {asked} build" if asked in ISAS
                else "this CPU has neither AVX512 nor AVX2 with FMA")

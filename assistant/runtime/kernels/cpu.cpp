@@ -163,9 +163,11 @@ void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w,
         // this tile's share of the next group: m / M of every block, `steps` steps of `per_block` bytes each
         const int64_t per_block = fetch ? 64 * m / M : 0;
         const char* pf = next + m0 * nb * steps * 64 / M;
-        if (E::WIDE && nb == 4 && m <= 4) {
-          rows<E, 4>(m, xm, K, wb, steps, ym, n, pf, 4 * per_block);
-          continue;
+        if constexpr (E::WIDE) {        // 4-block tiles only where they fit the registers (not built else)
+          if (nb == 4 && m <= 4) {
+            rows<E, 4>(m, xm, K, wb, steps, ym, n, pf, 4 * per_block);
+            continue;
+          }
         }
         int64_t b = 0;
         for (; b + 2 <= nb; b += 2)

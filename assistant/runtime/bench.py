@@ -262,12 +262,18 @@ def cpu_flags() -> str:
 
 def native_build(target) -> str:
     """Which build of the native kernels ran greedy and phrase (assistant.runtime.kernels): "avx512bf16",
-    "avx512", "avx2", or "none (why)" on a CPU where oneDNN ran them; "n/a" off the CPU."""
+    "avx512", "avx2" (with how many of the target's packed weights ran in block form, if any), or "none (why)"
+    on a CPU where oneDNN ran them; "n/a" off the CPU."""
     from assistant.runtime import kernels
+
+    from assistant.runtime.layout import block_keys, native_keys
 
     if target.device.type != "cpu":
         return "n/a"
-    return kernels.running() or f"none ({kernels.problem() or 'not loaded'})"
+    if not kernels.running():
+        return f"none ({kernels.problem() or 'not loaded'})"
+    held = len(block_keys(target.model))
+    return kernels.running() + (f", {held} of {len(native_keys(target.model))} weights in block form" if held else "")
 
 
 def format_table(report: dict) -> str:

@@ -105,6 +105,8 @@ def _key(target, engine: str = "eager") -> str:
     from assistant.runtime import kernels
 
     native = (kernels.running() or "aten") if target.device.type == "cpu" else "gpu"
+    if kernels.running() and target.dtype == "fp32" and kernels.blocks_enabled():
+        native += "-blocks"        # a weight in block form costs another curve of widths than its fp32 copy
     return (f"{target.name}-{target.dtype}-{target.device}-{platform.machine()}-{torch.get_num_threads()}t-{engine}"
             f"-{native}")
 

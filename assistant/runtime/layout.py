@@ -11,7 +11,9 @@ torch.compile, which calls it as one opaque kernel); a bf16 or fp32 weight the n
 on this machine) is packed for it instead and runs through `assistant_kernels::linear`, a C++ op with no Python
 on its way; sibling linears that read one input (GROUPS: q/k/v, gate/up) share one packed weight and
 one GEMM, each taking its columns of the product (`DedupPackedLinear` merges their calls in a compiled
-graph); the dense `weight` becomes a zero-stride placeholder of the same shape, except where the tensor
+graph); an fp32 weight that was dequantized from blocks of 32 inputs (the embedded default's GGUF) is packed
+in that block form (assistant.runtime.kernels.blocks: 1.25 bytes a weight, the same products bit for bit;
+`block_keys`); the dense `weight` becomes a zero-stride placeholder of the same shape, except where the tensor
 is shared with an embedding (SmolLM2's tied output layer), so memory stays that of one copy. Values,
 shapes, parameter identity and weight tying are unchanged, the modeling code is
 untouched, and every layout converts back to every other exactly (`to_dense` of a
@@ -80,7 +82,19 @@ def _native_pack(dense: torch.Tensor) -> torch.Tensor | None:
 
     if not (kernels.usable(dense) and kernels.load()):
         return None
+    if dense.dtype == torch.float32 and dense.shape[1] % 32 == 0 and kernels.blocks_enabled():
+        found = torch.ops.assistant_kernels.pack_blocks(dense)
+        if found.numel():
+            return found
     return torch.ops.assistant_kernels.pack(dense)
+
+
+def _native_unpack(packed: torch.Tensor) -> torch.Tensor:
+    if packed.dtype == torch.int8:
+        from assistant.runtime.kernels import blocks
+
+        return blocks.unpack(packed)
+    return torch.ops.assistant_kernels.unpack(packed)
 
 
 def _forget(key: int) -> None:
@@ -270,7 +284,7 @@ def _unpack(model) -> int:
         key = mod._assistant_packed
         if key not in dense:
             packed = _PACKED[key]
-            dense[key] = torch.ops.assistant_kernels.unpack(packed) if key in _NATIVE else packed.to_dense()
+            dense[key] = _native_unpack(packed) if key in _NATIVE else packed.to_dense()
             _forget(key)
         w = dense[key]
         left[key] -= 1
@@ -355,6 +369,11 @@ def native_keys(model) -> list[int]:
     """The keys of `model`'s packed weights that run on the native kernel (a compiled graph calls another op
     for them, so a saved one is valid only where the same keys do)."""
     return sorted({int(m._assistant_packed) for m in _linears(model) if _is_packed(m)} & _NATIVE)
+
+
+def block_keys(model) -> list[int]:
+    """The keys of `model`'s packed weights held in block form (assistant.runtime.kernels.blocks)."""
+    return [k for k in native_keys(model) if _PACKED[k].dtype == torch.int8]
 
 
 def start_keys_at(first: int) -> None:

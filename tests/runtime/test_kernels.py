@@ -12,9 +12,9 @@ import torch
 from safetensors.torch import load_file
 
 from assistant.runtime import cpuinfo, kernels
-from assistant.runtime.layout import _NATIVE, layout_of, native_keys, set_layout
+from assistant.runtime.layout import _NATIVE, _PACKED, layout_of, native_keys, set_layout
 
-from ..conftest import tiny_qwen3
+from ..conftest import block_weight, tiny_qwen3
 
 native = pytest.mark.skipif(not (kernels.load() and kernels.bf16()),
                             reason=f"native bf16 kernel unavailable: {kernels.problem() or kernels.running()}")
@@ -223,7 +223,7 @@ _FP32_BUILD_RUN = """
 import json, sys, torch
 from safetensors.torch import save_file
 from assistant.runtime import kernels
-from tests.conftest import tiny_qwen3
+from tests.conftest import block_weight, tiny_qwen3
 from assistant.runtime.layout import native_keys, set_layout
 assert kernels.load(), kernels.problem()
 out = {"isa": kernels.running(), "bf16": kernels.bf16(),
@@ -233,6 +233,9 @@ for n, k, m in json.loads(sys.argv[2]):
     g = torch.Generator().manual_seed(n * 1000 + k + m)
     w, x = torch.randn(n, k, generator=g) * 0.1, torch.randn(m, k, generator=g)
     ys[f"{n},{k},{m}"] = torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), n)
+    if k % 32 == 0:
+        wb = torch.ops.assistant_kernels.pack_blocks(block_weight(n, k, m))
+        ys[f"blocks {n},{k},{m}"] = torch.ops.assistant_kernels.linear_packed(x, wb, n)
 t = tiny_qwen3(seed=8)
 set_layout(t.model, "packed")
 out["native_keys"] = len(native_keys(t.model))
@@ -279,6 +282,11 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
         if same_build:
             assert torch.equal(y, torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), n))
         torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
+        if k % 32 == 0:                            # the block form: the same product as its fp32 weight's
+            wb, yb = block_weight(n, k, m), ys[f"blocks {n},{k},{m}"]
+            if same_build:
+                assert torch.equal(yb, torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(wb), n))
+            torch.testing.assert_close(yb.double(), x.double() @ wb.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
     if same_build:
         t = tiny_qwen3(seed=8)
         with torch.no_grad():
@@ -309,3 +317,63 @@ def test_each_cpu_takes_the_best_build_it_runs_or_the_one_asked_for(monkeypatch)
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("ASSISTANT_KERNELS", "0")
     assert kernels.isa() is None
+
+
+@native_fp32
+@pytest.mark.parametrize("n,k", [(16, 32), (960, 576), (64, 1536)])
+def test_block_form_rebuilds_each_weight_and_the_fp32_product_bit_for_bit(n, k):
+    from assistant.runtime.kernels import blocks
+
+    w = block_weight(n, k, n + k)
+    wp = torch.ops.assistant_kernels.pack_blocks(w)
+    assert wp.dtype == torch.int8 and wp.shape == (n // 16, 20 * k)       # 1.25 bytes a weight
+    assert torch.equal(blocks.unpack(wp).view(torch.int32), w.view(torch.int32))
+    fp32 = torch.ops.assistant_kernels.pack(w)
+    for m in (0, 1, 2, 3, 4, 5, 8, 13, 16, 17):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+        y = torch.ops.assistant_kernels.linear_packed(x, wp, n)
+        assert torch.equal(y.view(torch.int32), torch.ops.assistant_kernels.linear_packed(x, fp32, n).view(torch.int32))
+
+
+@native_fp32
+def test_a_weight_without_the_block_form_stays_fp32():
+    """One weight off its block's grid (or a weight that was never quantized) and no form is found: an empty
+    tensor, and the packed layout packs that weight fp32."""
+    w = block_weight(32, 64, 1)
+    w[17, 40] = torch.nextafter(w[17, 40], torch.tensor(1.0))
+    assert torch.ops.assistant_kernels.pack_blocks(w).numel() == 0
+    assert torch.ops.assistant_kernels.pack_blocks(torch.randn(32, 64)).numel() == 0
+    t = tiny_qwen3(seed=3)                     # random weights: fp32 packing
+    set_layout(t.model, "packed")
+    try:
+        assert native_keys(t.model) and all(_PACKED[key].dtype == torch.float32 for key in native_keys(t.model))
+    finally:
+        set_layout(t.model, "out")
+
+
+@native_fp32
+def test_a_model_dequantized_from_blocks_runs_them_and_its_logits_stay_bit_for_bit(monkeypatch):
+    """A model whose linears hold block-form weights (as the embedded default does): packed, every one runs in
+    block form; its logits equal those of the same model packed fp32 (ASSISTANT_BLOCKS=0) bit for bit, and
+    unpacking gives the weights back exactly."""
+    t = tiny_qwen3(seed=4)
+    with torch.no_grad():
+        for i, lin in enumerate(mod for mod in t.model.modules() if isinstance(mod, torch.nn.Linear)):
+            if lin.weight.shape[1] % 32 == 0:
+                lin.weight.copy_(block_weight(*lin.weight.shape, seed=i))
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    ids = torch.tensor([[5, 7, 9, 11, 13, 2, 4]])
+    logits = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ASSISTANT_BLOCKS", flag)
+        set_layout(t.model, "packed")
+        try:
+            kinds = {_PACKED[key].dtype for key in native_keys(t.model)}      # every linear's K is 64 or 128
+            assert kinds == ({torch.float32} if flag == "0" else {torch.int8})
+            with torch.no_grad():
+                logits[flag] = t.model(ids).logits
+        finally:
+            set_layout(t.model, "out")
+        for n, p in t.model.named_parameters():
+            assert torch.equal(p.view(torch.int32), before[n].view(torch.int32)), n
+    assert torch.equal(logits["0"].view(torch.int32), logits["1"].view(torch.int32))

@@ -5,7 +5,8 @@
 // y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation (bf16: rounded to bf16 once, as oneDNN does). W is packed once,
 // bf16 as [N/16, K/2, 16, 2] (one 64-byte load gives 16 output columns x 2 inputs, the operand of one
 // vdpbf16ps), fp32 as [N/16, K, 16] (16 columns x 1 input, one FMA); every load of W serves all rows of the tile,
-// so W streams through the cache once a call.
+// so W streams through the cache once a call. An fp32 W dequantized from blocks of 32 inputs (GGUF Q4_1 / Q8_0) may
+// be packed in that block form instead (int8 q and fp32 d, m: 1.25 bytes a weight; see qgemm), the same products.
 // Weights live in a registry under an integer key (the key a compiled graph bakes in), so the op takes
 // no Python on its way: assistant_kernels::linear(x, key, n).
 #include <ATen/ATen.h>
@@ -14,7 +15,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <vector>
 #include <mutex>
@@ -88,6 +91,12 @@ struct F32 {
   static V x(const T* row, int64_t s) { return _mm512_set1_ps(row[s]); }
   static Acc fma(Acc acc, V x, V w) { return _mm512_fmadd_ps(x, w, acc); }
   static void store(T* y, Acc acc) { _mm512_storeu_ps(y, acc); }
+  // 16 block-form weights: fl(fl(d * q) + m), the product rounded before the sum (no FMA), as the converter did
+  static V dq(const int8_t* q, V d, V m) {
+    __m512 p = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)q))));
+    __asm__("" : "+v"(p));            // keeps the compiler from fusing the product into the sum
+    return _mm512_add_ps(p, m);
+  }
 };
 #else
 struct F32 {                                    // 16 columns as two halves of 8
@@ -109,6 +118,12 @@ struct F32 {                                    // 16 columns as two halves of 8
   static void store(T* y, Acc acc) {
     _mm256_storeu_ps(y, acc.lo);
     _mm256_storeu_ps(y + 8, acc.hi);
+  }
+  static V dq(const int8_t* q, V d, V m) {
+    __m256 lo = _mm256_mul_ps(d.lo, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q))));
+    __m256 hi = _mm256_mul_ps(d.hi, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(q + 8)))));
+    __asm__("" : "+x"(lo), "+x"(hi));
+    return {_mm256_add_ps(lo, m.lo), _mm256_add_ps(hi, m.hi)};
   }
 };
 #endif
@@ -179,8 +194,163 @@ void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w,
   });
 }
 
+// Block form of an fp32 weight that was dequantized from 32-input blocks (GGUF Q4_1: w = fl(fl(d * q) + m), q in
+// 0..15; Q8_0: w = fl(d * q), q in -127..127, m = 0): per 16 columns, K int8 q (16 a step) then, per 32 inputs, 16
+// fp32 d and 16 fp32 m. Each step rebuilds the fp32 weights bit for bit and runs the fp32 tile's FMAs in the fp32
+// tile's order, so the product equals the fp32 kernel's bit for bit, from 1.25 bytes a weight instead of 4.
+constexpr int64_t QBLOCK = 32;
+
+inline int64_t qrow_bytes(int64_t K) { return K * 16 + (K / QBLOCK) * 16 * 8; }
+
+template <int MT, int NB>
+inline void qtile(const float* __restrict x, int64_t K, const int8_t* __restrict w, int64_t rb, float* __restrict y,
+                  int64_t N, const char* pf, int64_t ahead) {
+  F32::Acc acc[MT][NB];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NB; ++j) acc[i][j] = F32::zero();
+  for (int64_t g = 0; g < K / QBLOCK; ++g) {
+    for (int64_t off = g * ahead; off < (g + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+    F32::V d[NB], m[NB];
+    for (int j = 0; j < NB; ++j) {
+      const float* sc = reinterpret_cast<const float*>(w + j * rb + K * 16) + g * 32;
+      d[j] = F32::w(sc);
+      m[j] = F32::w(sc + 16);
+    }
+    for (int64_t s = g * QBLOCK; s < (g + 1) * QBLOCK; ++s) {
+      F32::V wv[NB];
+      for (int j = 0; j < NB; ++j) wv[j] = F32::dq(w + j * rb + s * 16, d[j], m[j]);
+      for (int i = 0; i < MT; ++i) {
+        const F32::V xv = F32::x(x + i * K, s);
+        for (int j = 0; j < NB; ++j) acc[i][j] = F32::fma(acc[i][j], xv, wv[j]);
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NB; ++j) F32::store(y + i * N + j * 16, acc[i][j]);
+}
+
+template <int NB>
+void qrows(int m, const float* x, int64_t K, const int8_t* w, int64_t rb, float* y, int64_t N, const char* pf,
+           int64_t ahead) {
+  with_rows(m, [&](auto r) { qtile<decltype(r)::value, NB>(x, K, w, rb, y, N, pf, ahead); });
+}
+
+void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t blocks, float* yp, int64_t n) {
+  const int64_t rb = qrow_bytes(K), groups = (blocks + GROUP - 1) / GROUP;
+  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
+      const int8_t* wb = w + b0 * rb;
+      const char* next = reinterpret_cast<const char*>(wb + nb * rb);
+      const bool fetch = M >= PREFETCH_MIN_ROWS && g + 1 < groups;
+      for (int64_t m0 = 0; m0 < M; m0 += F32::MTILE) {
+        const int m = static_cast<int>(std::min<int64_t>(F32::MTILE, M - m0));
+        const float* xm = xp + m0 * K;
+        float* ym = yp + m0 * n + b0 * 16;
+        // this tile's share of the next group's bytes, spread over its K / 32 groups of steps
+        const int64_t share = fetch ? nb * rb * m / M : 0, ahead = share / (K / QBLOCK);
+        const char* pf = next + m0 * nb * rb / M;
+        if constexpr (F32::WIDE) {
+          if (nb == 4 && m <= 4) {
+            qrows<4>(m, xm, K, wb, rb, ym, n, pf, ahead);
+            continue;
+          }
+        }
+        int64_t b = 0;
+        const int64_t part = ahead / std::max<int64_t>(nb, 1);
+        for (; b + 2 <= nb; b += 2)
+          qrows<2>(m, xm, K, wb + b * rb, rb, ym + b * 16, n, pf + b * part * (K / QBLOCK), 2 * part);
+        if (b < nb) qrows<1>(m, xm, K, wb + b * rb, rb, ym + b * 16, n, pf + b * part * (K / QBLOCK), part);
+      }
+    }
+  });
+}
+
+// One block of 32 weights in block form, if it has one: q and (d, m) with fl(fl(d * q) + m) == w bit for bit for
+// every weight. GGUF Q4_1 first (m the block's least weight, d an fp16 value near (max - min) / 15, q 0..15), then
+// Q8_0 (m 0, d near max |w| / 127, q -127..127); a few fp16 values around the estimate are tried.
+inline bool find_block(const float* w, int8_t* q, float& d_out, float& m_out) {
+  float lo = w[0], hi = w[0];
+  for (int i = 1; i < QBLOCK; ++i) lo = std::min(lo, w[i]), hi = std::max(hi, w[i]);
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return false;
+  static const int steps[] = {0, 1, -1, 2, -2};
+  for (int kind = 0; kind < 2; ++kind) {
+    const float m = kind == 0 ? lo : 0.0f;
+    const int qlo = kind == 0 ? 0 : -127, qhi = kind == 0 ? 15 : 127;
+    const float est = kind == 0 ? (hi - lo) / 15.0f : std::max(std::fabs(lo), std::fabs(hi)) / 127.0f;
+    const uint16_t h = c10::Half(est).x;          // the fp16 value nearest the estimate
+    for (int step : steps) {
+      const float d = static_cast<float>(c10::Half(static_cast<uint16_t>(h + step), c10::Half::from_bits()));
+      if (!std::isfinite(d)) continue;
+      bool ok = true;
+      for (int i = 0; i < QBLOCK && ok; ++i) {
+        float r = d != 0.0f ? std::nearbyint((w[i] - m) / d) : 0.0f;
+        r = std::min(std::max(r, static_cast<float>(qlo)), static_cast<float>(qhi));
+        volatile float p = d * r;                  // rounded before the sum, as the converter did
+        const float v = p + m;
+        uint32_t a, b;
+        std::memcpy(&a, &v, 4);
+        std::memcpy(&b, &w[i], 4);
+        ok = a == b;
+        q[i] = static_cast<int8_t>(r);
+      }
+      if (ok) {
+        d_out = d, m_out = m;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// An fp32 [N, K] weight (N % 16 == 0, K % 32 == 0) in block form, packed [N/16, qrow_bytes(K)] int8 for qgemm; an
+// empty tensor when some block has none.
+at::Tensor pack_blocks(const at::Tensor& w) {
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % 16 == 0 && w.size(1) % QBLOCK == 0,
+              "assistant_kernels::pack_blocks: an fp32 [N, K] weight with N % 16 == 0 and K % 32 == 0 expected");
+  const at::Tensor wc = w.contiguous();
+  const int64_t N = wc.size(0), K = wc.size(1), rb = qrow_bytes(K), G = K / QBLOCK;
+  at::Tensor out = at::empty({N / 16, rb}, wc.options().dtype(at::kChar));
+  std::atomic<bool> ok{true};
+  const float* src = wc.data_ptr<float>();
+  int8_t* dst = out.data_ptr<int8_t>();
+  at::parallel_for(0, N / 16, 1, [&](int64_t b0, int64_t b1) {
+    int8_t q[QBLOCK];
+    for (int64_t b = b0; b < b1 && ok.load(std::memory_order_relaxed); ++b) {
+      int8_t* row = dst + b * rb;
+      float* sc = reinterpret_cast<float*>(row + K * 16);
+      for (int c = 0; c < 16; ++c)
+        for (int64_t g = 0; g < G; ++g) {
+          float d, m;
+          if (!find_block(src + (b * 16 + c) * K + g * QBLOCK, q, d, m)) {
+            ok = false;
+            return;
+          }
+          for (int i = 0; i < QBLOCK; ++i) row[(g * QBLOCK + i) * 16 + c] = q[i];
+          sc[g * 32 + c] = d;
+          sc[g * 32 + 16 + c] = m;
+        }
+    }
+  });
+  return ok ? out : at::empty({0}, wc.options().dtype(at::kChar));
+}
+
 // bf16 W packed [N/16, K/2, 16, 2]; fp32 W packed [N/16, K, 16]
 at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
+  if (wp.scalar_type() == at::kChar) {          // block form: [N/16, qrow_bytes(K)] int8
+    TORCH_CHECK(x.scalar_type() == at::kFloat && wp.dim() == 2 && n == wp.size(0) * 16,
+                "assistant_kernels::linear: an fp32 input and a block-form weight expected");
+    const at::Tensor xc = x.contiguous();
+    const int64_t K = xc.size(-1);
+    TORCH_CHECK(K % QBLOCK == 0 && wp.size(1) == qrow_bytes(K),
+                "assistant_kernels::linear: shapes do not match the block-form weight");
+    const int64_t M = K ? xc.numel() / K : 0;
+    std::vector<int64_t> sizes = xc.sizes().vec();
+    sizes.back() = n;
+    at::Tensor y = at::empty(sizes, xc.options());
+    qgemm(xc.data_ptr<float>(), M, K, wp.data_ptr<int8_t>(), wp.size(0), y.data_ptr<float>(), n);
+    return y;
+  }
   const bool bf16 = wp.scalar_type() == at::kBFloat16 && wp.dim() == 4;
   TORCH_CHECK((bf16 && x.scalar_type() == at::kBFloat16) ||
               (wp.scalar_type() == at::kFloat && wp.dim() == 3 && x.scalar_type() == at::kFloat),
@@ -449,6 +619,7 @@ TORCH_LIBRARY(assistant_kernels, m) {
   m.def("linear_packed(Tensor x, Tensor w, int n) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor");
   m.def("pack(Tensor w) -> Tensor", pack);
+  m.def("pack_blocks(Tensor w) -> Tensor", pack_blocks);
   m.def("unpack(Tensor w) -> Tensor", unpack);
   m.def("put(int key, Tensor w) -> ()", put);
   m.def("drop(int key) -> ()", drop);

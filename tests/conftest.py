@@ -35,18 +35,19 @@ def tiny_qwen3(vocab: int = 256, seed: int = 0) -> Target:
     return Target(model=model, tokenizer=IdTokenizer(), name="tiny-qwen3", dtype="fp32", device=torch.device("cpu"))
 
 
-def block_weight(n: int, k: int, seed: int) -> torch.Tensor:
-    """An fp32 [n, k] weight dequantized from blocks of 32 inputs as transformers converts a GGUF: rows alternate
-    Q4_1 (w = d * q + m, q 0..15, the least and greatest q in every block) and Q8_0 (w = d * q, q -127..127)."""
+def block_weight(n: int, k: int, seed: int, q8: bool = True) -> torch.Tensor:
+    """An fp32 [n, k] weight dequantized from blocks of 32 inputs as transformers converts a GGUF: Q4_1 rows
+    (w = d * q + m, q 0..15, the least and greatest q in every block), with `q8` every other row Q8_0 instead
+    (w = d * q, q -127..127)."""
     g = torch.Generator().manual_seed(seed)
     d = (torch.rand(n, k // 32, generator=g) * 0.02 + 1e-3).half().float().repeat_interleave(32, 1)
     m = (-torch.rand(n, k // 32, generator=g) * 0.1).half().float().repeat_interleave(32, 1)
     q4 = torch.randint(0, 16, (n, k), generator=g).float()
     q4[:, 0::32], q4[:, 1::32] = 0, 15
-    q8 = torch.randint(-127, 128, (n, k), generator=g).float()
-    q8[:, 0::32] = 127
-    q4_rows = (torch.arange(n) % 2 == 0)[:, None]
-    return torch.where(q4_rows, (d * q4) + m, d * q8)        # the product rounded, then the sum
+    q8s = torch.randint(-127, 128, (n, k), generator=g).float()
+    q8s[:, 0::32] = 127
+    q4_rows = ((torch.arange(n) % 2 == 0) | (not q8))[:, None]
+    return torch.where(q4_rows, (d * q4) + m, d * q8s)        # the product rounded, then the sum
 
 
 @pytest.fixture(scope="session")

@@ -137,6 +137,7 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str,
     drafters = drafters or {}
     # one controller per method for the whole run, as one chat session keeps one (it learns from the answers so far)
     widths = {m: WidthController(dict(cfg.width_costs), cfg.tree_width) for m in drafters} if cfg.width_costs else {}
+    build = None
     try:
         warm = target.encode_chat([{"role": "user", "content": WARM_PROMPT}])
         warm_cfg = BenchConfig(max_new_tokens=WARM_TOKENS, methods=cfg.methods, tree_width=cfg.tree_width,
@@ -146,6 +147,8 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str,
                 _llamacpp(llamacpp, m, target, warm, warm_cfg)
                 continue
             set_layout(target.model, _layout_for(m, cfg))
+            if m not in ("hf", "pld"):            # the build (and block form) greedy and phrase run on
+                build = native_build(target)
             _run_one(m, target, warm, warm_cfg, drafters.get(m), engine=engine)
         banked0 = {m: Counter(getattr(d, "banked", {})) for m, d in drafters.items()}
         for pi, p in enumerate(prompts):
@@ -190,7 +193,7 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str,
     finally:
         counter.close()
         set_layout(target.model, "out")
-    report = summarize(rows, hist, divergences, target, cfg, phases)
+    report = summarize(rows, hist, divergences, target, cfg, phases, build)
     for m, d in drafters.items():
         if m not in report["methods"]:
             continue
@@ -202,7 +205,7 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str,
 
 
 def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict], target, cfg: BenchConfig,
-              phases: dict[str, Counter] | None = None) -> dict:
+              phases: dict[str, Counter] | None = None, build: str | None = None) -> dict:
     methods: dict[str, Any] = {}
     for m in cfg.methods:
         mine = [r for r in rows if r["method"] == m]
@@ -233,7 +236,7 @@ def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "config": {"max_new_tokens": cfg.max_new_tokens, "tree_width": cfg.tree_width, "methods": list(cfg.methods),
                    "layout": cfg.layout, "engine": cfg.engine, "verify_costs": relative_costs(cfg.width_costs)},
-        "cpu_flags": cpu_flags(), "kernels": native_build(target),
+        "cpu_flags": cpu_flags(), "kernels": build or native_build(target),
         "methods": methods, "divergences": divergences, "per_prompt": rows,
     }
 

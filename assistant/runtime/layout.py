@@ -12,7 +12,7 @@ on this machine) is packed for it instead and runs through `assistant_kernels::l
 on its way; sibling linears that read one input (GROUPS: q/k/v, gate/up) share one packed weight and
 one GEMM, each taking its columns of the product (`DedupPackedLinear` merges their calls in a compiled
 graph); an fp32 weight that was dequantized from blocks of 32 inputs (the embedded default's GGUF) is packed
-in that block form (assistant.runtime.kernels.blocks: 1.25 bytes a weight, the same products bit for bit;
+in that block form (assistant.runtime.kernels.blocks: 0.75-1.25 bytes a weight, the same products bit for bit;
 `block_keys`); the dense `weight` becomes a zero-stride placeholder of the same shape, except where the tensor
 is shared with an embedding (SmolLM2's tied output layer), so memory stays that of one copy. Values,
 shapes, parameter identity and weight tying are unchanged, the modeling code is
@@ -89,11 +89,11 @@ def _native_pack(dense: torch.Tensor) -> torch.Tensor | None:
     return torch.ops.assistant_kernels.pack(dense)
 
 
-def _native_unpack(packed: torch.Tensor) -> torch.Tensor:
+def _native_unpack(packed: torch.Tensor, k: int) -> torch.Tensor:
     if packed.dtype == torch.int8:
         from assistant.runtime.kernels import blocks
 
-        return blocks.unpack(packed)
+        return blocks.unpack(packed, k)
     return torch.ops.assistant_kernels.unpack(packed)
 
 
@@ -284,7 +284,7 @@ def _unpack(model) -> int:
         key = mod._assistant_packed
         if key not in dense:
             packed = _PACKED[key]
-            dense[key] = _native_unpack(packed) if key in _NATIVE else packed.to_dense()
+            dense[key] = _native_unpack(packed, mod.in_features) if key in _NATIVE else packed.to_dense()
             _forget(key)
         w = dense[key]
         left[key] -= 1

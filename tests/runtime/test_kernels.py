@@ -234,8 +234,9 @@ for n, k, m in json.loads(sys.argv[2]):
     w, x = torch.randn(n, k, generator=g) * 0.1, torch.randn(m, k, generator=g)
     ys[f"{n},{k},{m}"] = torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), n)
     if k % 32 == 0:
-        wb = torch.ops.assistant_kernels.pack_blocks(block_weight(n, k, m))
-        ys[f"blocks {n},{k},{m}"] = torch.ops.assistant_kernels.linear_packed(x, wb, n)
+        for q8 in (False, True):
+            wb = torch.ops.assistant_kernels.pack_blocks(block_weight(n, k, m, q8))
+            ys[f"blocks {q8} {n},{k},{m}"] = torch.ops.assistant_kernels.linear_packed(x, wb, n)
 t = tiny_qwen3(seed=8)
 set_layout(t.model, "packed")
 out["native_keys"] = len(native_keys(t.model))
@@ -282,8 +283,8 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
         if same_build:
             assert torch.equal(y, torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(w), n))
         torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
-        if k % 32 == 0:                            # the block form: the same product as its fp32 weight's
-            wb, yb = block_weight(n, k, m), ys[f"blocks {n},{k},{m}"]
+        for q8 in (False, True) if k % 32 == 0 else ():      # the block forms: their fp32 weight's product
+            wb, yb = block_weight(n, k, m, q8), ys[f"blocks {q8} {n},{k},{m}"]
             if same_build:
                 assert torch.equal(yb, torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(wb), n))
             torch.testing.assert_close(yb.double(), x.double() @ wb.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
@@ -320,14 +321,16 @@ def test_each_cpu_takes_the_best_build_it_runs_or_the_one_asked_for(monkeypatch)
 
 
 @native_fp32
+@pytest.mark.parametrize("q8", [False, True])
 @pytest.mark.parametrize("n,k", [(16, 32), (960, 576), (64, 1536)])
-def test_block_form_rebuilds_each_weight_and_the_fp32_product_bit_for_bit(n, k):
+def test_block_form_rebuilds_each_weight_and_the_fp32_product_bit_for_bit(n, k, q8):
     from assistant.runtime.kernels import blocks
 
-    w = block_weight(n, k, n + k)
+    w = block_weight(n, k, n + k, q8)
     wp = torch.ops.assistant_kernels.pack_blocks(w)
-    assert wp.dtype == torch.int8 and wp.shape == (n // 16, 20 * k)       # 1.25 bytes a weight
-    assert torch.equal(blocks.unpack(wp).view(torch.int32), w.view(torch.int32))
+    # 0.75 bytes a weight where every q fits 4 bits (Q4_1), 1.25 where some block is Q8_0
+    assert wp.dtype == torch.int8 and wp.shape == (n // 16, (20 if q8 else 12) * k)
+    assert torch.equal(blocks.unpack(wp, k).view(torch.int32), w.view(torch.int32))
     fp32 = torch.ops.assistant_kernels.pack(w)
     for m in (0, 1, 2, 3, 4, 5, 8, 13, 16, 17):
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
@@ -360,7 +363,7 @@ def test_a_model_dequantized_from_blocks_runs_them_and_its_logits_stay_bit_for_b
     with torch.no_grad():
         for i, lin in enumerate(mod for mod in t.model.modules() if isinstance(mod, torch.nn.Linear)):
             if lin.weight.shape[1] % 32 == 0:
-                lin.weight.copy_(block_weight(*lin.weight.shape, seed=i))
+                lin.weight.copy_(block_weight(*lin.weight.shape, seed=i, q8=i % 2 == 1))
     before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
     ids = torch.tensor([[5, 7, 9, 11, 13, 2, 4]])
     logits = {}

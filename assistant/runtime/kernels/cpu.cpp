@@ -53,6 +53,15 @@ inline void with_rows(int n, F&& f) {
   }
 }
 
+// Calls f(std::integral_constant<int, n>) for a row count n of 1..N (the block form's tall tiles: up to 16 rows).
+template <int N, class F>
+inline void with_rows_upto(int n, F&& f) {
+  if constexpr (N > 1) {
+    if (n < N) return with_rows_upto<N - 1>(n, f);
+  }
+  f(std::integral_constant<int, N>{});
+}
+
 // The element types of the GEMM: every step of a tile reads 64 bytes of each block of W (bf16: 16 columns x
 // 2 inputs for one vdpbf16ps; fp32: 16 columns x 1 input, one 512-bit FMA or two 256-bit ones) and broadcasts the
 // rows' matching inputs into the accumulators of 16 columns (Acc). A tile takes MTILE rows at most and 1-2 blocks,
@@ -97,6 +106,14 @@ struct F32 {
     __asm__("" : "+v"(p));            // keeps the compiler from fusing the product into the sum
     return _mm512_add_ps(p, m);
   }
+  // 16 weights of 4 bits: byte i holds column i (low nibble) and column i + 8 (high nibble)
+  static V dq4(const int8_t* q, V d, V m) {
+    const __m128i b = _mm_loadl_epi64((const __m128i*)q), low = _mm_set1_epi8(0x0F);
+    const __m128i v = _mm_unpacklo_epi64(_mm_and_si128(b, low), _mm_and_si128(_mm_srli_epi16(b, 4), low));
+    __m512 p = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)));
+    __asm__("" : "+v"(p));
+    return _mm512_add_ps(p, m);
+  }
 };
 #else
 struct F32 {                                    // 16 columns as two halves of 8
@@ -122,6 +139,13 @@ struct F32 {                                    // 16 columns as two halves of 8
   static V dq(const int8_t* q, V d, V m) {
     __m256 lo = _mm256_mul_ps(d.lo, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q))));
     __m256 hi = _mm256_mul_ps(d.hi, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(q + 8)))));
+    __asm__("" : "+x"(lo), "+x"(hi));
+    return {_mm256_add_ps(lo, m.lo), _mm256_add_ps(hi, m.hi)};
+  }
+  static V dq4(const int8_t* q, V d, V m) {
+    const __m128i b = _mm_loadl_epi64((const __m128i*)q), low = _mm_set1_epi8(0x0F);
+    __m256 lo = _mm256_mul_ps(d.lo, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(b, low))));
+    __m256 hi = _mm256_mul_ps(d.hi, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), low))));
     __asm__("" : "+x"(lo), "+x"(hi));
     return {_mm256_add_ps(lo, m.lo), _mm256_add_ps(hi, m.hi)};
   }
@@ -195,54 +219,79 @@ void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w,
 }
 
 // Block form of an fp32 weight that was dequantized from 32-input blocks (GGUF Q4_1: w = fl(fl(d * q) + m), q in
-// 0..15; Q8_0: w = fl(d * q), q in -127..127, m = 0): per 16 columns, K int8 q (16 a step) then, per 32 inputs, 16
-// fp32 d and 16 fp32 m. Each step rebuilds the fp32 weights bit for bit and runs the fp32 tile's FMAs in the fp32
-// tile's order, so the product equals the fp32 kernel's bit for bit, from 1.25 bytes a weight instead of 4.
+// 0..15; Q8_0: w = fl(d * q), q in -127..127, m = 0): per 16 columns, K steps of q (Q = 8 bytes a step, two q of
+// 4 bits a byte, where every q is 0..15; else Q = 16, one int8 each) then, per 32 inputs, 16 fp32 d and 16 fp32 m.
+// Each step rebuilds the fp32 weights bit for bit and runs the fp32 tile's FMAs in the fp32 tile's order, so the
+// product equals the fp32 kernel's bit for bit, from 0.75 (or 1.25) bytes a weight instead of 4.
 constexpr int64_t QBLOCK = 32;
 
-inline int64_t qrow_bytes(int64_t K) { return K * 16 + (K / QBLOCK) * 16 * 8; }
+inline int64_t qrow_bytes(int64_t K, int64_t Q) { return K * Q + (K / QBLOCK) * 16 * 8; }
 
-template <int MT, int NB>
+template <int Q>
+inline F32::V dequant(const int8_t* q, F32::V d, F32::V m) {
+  if constexpr (Q == 8) return F32::dq4(q, d, m);
+  else return F32::dq(q, d, m);
+}
+
+template <int Q, int MT, int NB>
 inline void qtile(const float* __restrict x, int64_t K, const int8_t* __restrict w, int64_t rb, float* __restrict y,
                   int64_t N, const char* pf, int64_t ahead) {
   F32::Acc acc[MT][NB];
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NB; ++j) acc[i][j] = F32::zero();
   for (int64_t g = 0; g < K / QBLOCK; ++g) {
     for (int64_t off = g * ahead; off < (g + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
     F32::V d[NB], m[NB];
     for (int j = 0; j < NB; ++j) {
-      const float* sc = reinterpret_cast<const float*>(w + j * rb + K * 16) + g * 32;
+      const float* sc = reinterpret_cast<const float*>(w + j * rb + K * Q) + g * 32;
       d[j] = F32::w(sc);
       m[j] = F32::w(sc + 16);
     }
     for (int64_t s = g * QBLOCK; s < (g + 1) * QBLOCK; ++s) {
       F32::V wv[NB];
-      for (int j = 0; j < NB; ++j) wv[j] = F32::dq(w + j * rb + s * 16, d[j], m[j]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) wv[j] = dequant<Q>(w + j * rb + s * Q, d[j], m[j]);
+#pragma GCC unroll 16
       for (int i = 0; i < MT; ++i) {
         const F32::V xv = F32::x(x + i * K, s);
+#pragma GCC unroll 4
         for (int j = 0; j < NB; ++j) acc[i][j] = F32::fma(acc[i][j], xv, wv[j]);
       }
     }
   }
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NB; ++j) F32::store(y + i * N + j * 16, acc[i][j]);
 }
 
-template <int NB>
+template <int Q, int NB>
 void qrows(int m, const float* x, int64_t K, const int8_t* w, int64_t rb, float* y, int64_t N, const char* pf,
            int64_t ahead) {
-  with_rows(m, [&](auto r) { qtile<decltype(r)::value, NB>(x, K, w, rb, y, N, pf, ahead); });
+  with_rows(m, [&](auto r) { qtile<Q, decltype(r)::value, NB>(x, K, w, rb, y, N, pf, ahead); });
 }
 
+template <int Q>
 void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t blocks, float* yp, int64_t n) {
-  const int64_t rb = qrow_bytes(K), groups = (blocks + GROUP - 1) / GROUP;
+  const int64_t rb = qrow_bytes(K, Q), groups = (blocks + GROUP - 1) / GROUP;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
       const int8_t* wb = w + b0 * rb;
       const char* next = reinterpret_cast<const char*>(wb + nb * rb);
       const bool fetch = M >= PREFETCH_MIN_ROWS && g + 1 < groups;
+      if constexpr (F32::WIDE) {
+        // 9-16 rows: one tile of all rows a block, so each weight is rebuilt once, not once per 8 rows
+        // (16 accumulators + the block's d, m and weights fit 32 zmm)
+        if (M > F32::MTILE && M <= 16) {
+          const int64_t ahead = fetch ? rb / (K / QBLOCK) : 0;
+          for (int64_t b = 0; b < nb; ++b)
+            with_rows_upto<16>(static_cast<int>(M), [&](auto r) {
+              qtile<Q, decltype(r)::value, 1>(xp, K, wb + b * rb, rb, yp + b0 * 16 + b * 16, n, next + b * rb, ahead);
+            });
+          continue;
+        }
+      }
       for (int64_t m0 = 0; m0 < M; m0 += F32::MTILE) {
         const int m = static_cast<int>(std::min<int64_t>(F32::MTILE, M - m0));
         const float* xm = xp + m0 * K;
@@ -252,15 +301,15 @@ void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t block
         const char* pf = next + m0 * nb * rb / M;
         if constexpr (F32::WIDE) {
           if (nb == 4 && m <= 4) {
-            qrows<4>(m, xm, K, wb, rb, ym, n, pf, ahead);
+            qrows<Q, 4>(m, xm, K, wb, rb, ym, n, pf, ahead);
             continue;
           }
         }
         int64_t b = 0;
         const int64_t part = ahead / std::max<int64_t>(nb, 1);
         for (; b + 2 <= nb; b += 2)
-          qrows<2>(m, xm, K, wb + b * rb, rb, ym + b * 16, n, pf + b * part * (K / QBLOCK), 2 * part);
-        if (b < nb) qrows<1>(m, xm, K, wb + b * rb, rb, ym + b * 16, n, pf + b * part * (K / QBLOCK), part);
+          qrows<Q, 2>(m, xm, K, wb + b * rb, rb, ym + b * 16, n, pf + b * part * (K / QBLOCK), 2 * part);
+        if (b < nb) qrows<Q, 1>(m, xm, K, wb + b * rb, rb, ym + b * 16, n, pf + b * part * (K / QBLOCK), part);
       }
     }
   });
@@ -303,52 +352,70 @@ inline bool find_block(const float* w, int8_t* q, float& d_out, float& m_out) {
   return false;
 }
 
-// An fp32 [N, K] weight (N % 16 == 0, K % 32 == 0) in block form, packed [N/16, qrow_bytes(K)] int8 for qgemm; an
-// empty tensor when some block has none.
+// An fp32 [N, K] weight (N % 16 == 0, K % 32 == 0) in block form, packed [N/16, qrow_bytes(K, Q)] int8 for qgemm
+// (Q = 8 where every q is 0..15, else 16); an empty tensor when some block has none.
 at::Tensor pack_blocks(const at::Tensor& w) {
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(0) % 16 == 0 && w.size(1) % QBLOCK == 0,
               "assistant_kernels::pack_blocks: an fp32 [N, K] weight with N % 16 == 0 and K % 32 == 0 expected");
   const at::Tensor wc = w.contiguous();
-  const int64_t N = wc.size(0), K = wc.size(1), rb = qrow_bytes(K), G = K / QBLOCK;
-  at::Tensor out = at::empty({N / 16, rb}, wc.options().dtype(at::kChar));
-  std::atomic<bool> ok{true};
+  const int64_t N = wc.size(0), K = wc.size(1), G = K / QBLOCK;
+  std::vector<int8_t> q(N * K);
+  std::vector<float> d(N * G), m(N * G);
+  std::atomic<bool> ok{true}, wide{false};
   const float* src = wc.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1 && ok.load(std::memory_order_relaxed); ++r)
+      for (int64_t g = 0; g < G; ++g) {
+        int8_t* qb = q.data() + r * K + g * QBLOCK;
+        if (!find_block(src + r * K + g * QBLOCK, qb, d[r * G + g], m[r * G + g])) {
+          ok = false;
+          return;
+        }
+        for (int i = 0; i < QBLOCK; ++i)
+          if (qb[i] < 0 || qb[i] > 15) wide = true;
+      }
+  });
+  if (!ok) return at::empty({0}, wc.options().dtype(at::kChar));
+  const int64_t Q = wide ? 16 : 8, rb = qrow_bytes(K, Q);
+  at::Tensor out = at::empty({N / 16, rb}, wc.options().dtype(at::kChar));
   int8_t* dst = out.data_ptr<int8_t>();
   at::parallel_for(0, N / 16, 1, [&](int64_t b0, int64_t b1) {
-    int8_t q[QBLOCK];
-    for (int64_t b = b0; b < b1 && ok.load(std::memory_order_relaxed); ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       int8_t* row = dst + b * rb;
-      float* sc = reinterpret_cast<float*>(row + K * 16);
-      for (int c = 0; c < 16; ++c)
-        for (int64_t g = 0; g < G; ++g) {
-          float d, m;
-          if (!find_block(src + (b * 16 + c) * K + g * QBLOCK, q, d, m)) {
-            ok = false;
-            return;
-          }
-          for (int i = 0; i < QBLOCK; ++i) row[(g * QBLOCK + i) * 16 + c] = q[i];
-          sc[g * 32 + c] = d;
-          sc[g * 32 + 16 + c] = m;
+      float* sc = reinterpret_cast<float*>(row + K * Q);
+      for (int64_t k = 0; k < K; ++k)
+        for (int c = 0; c < 16; ++c) {
+          const int8_t v = q[(b * 16 + c) * K + k];
+          if (Q == 16) row[k * 16 + c] = v;
+          else if (c < 8) row[k * 8 + c] = v;
+          else row[k * 8 + c - 8] = static_cast<int8_t>(row[k * 8 + c - 8] | (v << 4));
+        }
+      for (int64_t g = 0; g < G; ++g)
+        for (int c = 0; c < 16; ++c) {
+          sc[g * 32 + c] = d[(b * 16 + c) * G + g];
+          sc[g * 32 + 16 + c] = m[(b * 16 + c) * G + g];
         }
     }
   });
-  return ok ? out : at::empty({0}, wc.options().dtype(at::kChar));
+  return out;
 }
 
 // bf16 W packed [N/16, K/2, 16, 2]; fp32 W packed [N/16, K, 16]
 at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
-  if (wp.scalar_type() == at::kChar) {          // block form: [N/16, qrow_bytes(K)] int8
+  if (wp.scalar_type() == at::kChar) {          // block form: [N/16, qrow_bytes(K, 8 or 16)] int8
     TORCH_CHECK(x.scalar_type() == at::kFloat && wp.dim() == 2 && n == wp.size(0) * 16,
                 "assistant_kernels::linear: an fp32 input and a block-form weight expected");
     const at::Tensor xc = x.contiguous();
     const int64_t K = xc.size(-1);
-    TORCH_CHECK(K % QBLOCK == 0 && wp.size(1) == qrow_bytes(K),
+    const bool nibbles = K % QBLOCK == 0 && wp.size(1) == qrow_bytes(K, 8);
+    TORCH_CHECK(nibbles || (K % QBLOCK == 0 && wp.size(1) == qrow_bytes(K, 16)),
                 "assistant_kernels::linear: shapes do not match the block-form weight");
     const int64_t M = K ? xc.numel() / K : 0;
     std::vector<int64_t> sizes = xc.sizes().vec();
     sizes.back() = n;
     at::Tensor y = at::empty(sizes, xc.options());
-    qgemm(xc.data_ptr<float>(), M, K, wp.data_ptr<int8_t>(), wp.size(0), y.data_ptr<float>(), n);
+    if (nibbles) qgemm<8>(xc.data_ptr<float>(), M, K, wp.data_ptr<int8_t>(), wp.size(0), y.data_ptr<float>(), n);
+    else qgemm<16>(xc.data_ptr<float>(), M, K, wp.data_ptr<int8_t>(), wp.size(0), y.data_ptr<float>(), n);
     return y;
   }
   const bool bf16 = wp.scalar_type() == at::kBFloat16 && wp.dim() == 4;

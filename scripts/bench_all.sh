@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full bench (BENCHMARKS.md): per data set and dtype, one run per engine. The compiled run holds hf,
-# pld, greedy, phrase (and llama.cpp's plain decode of the same weights, BF16 and Q4_1 GGUF, in bf16 when
+# pld, greedy, phrase (and llama.cpp's plain decode of the same weights, BF16 and Q4_1 GGUF, when
 # scripts/build_llamacpp.sh has built it); the eager run holds hf, greedy and phrase, so each engine's
 # speed-ups are ratios to generate() measured in its own run. Then the PNG plot. Run it alone.
 #   scripts/bench_all.sh [PROMPTS] [TOKENS] [DTYPES] [ENGINES]   (defaults: 20 128 "bf16 fp32" "compiled eager")
@@ -19,10 +19,7 @@ for dtype in $DTYPES; do
     for ds in gsm8k_test mt_bench; do
         for engine in $ENGINES; do
             methods=hf,greedy,phrase
-            if [ "$engine" = compiled ]; then
-                methods=hf,pld,greedy,phrase
-                [ "$dtype" = bf16 ] && methods=$methods,llamacpp,llamacpp_q4
-            fi
+            [ "$engine" = compiled ] && methods=hf,pld,greedy,phrase,llamacpp,llamacpp_q4
             "$PY" -m assistant bench --dataset "$DATA/$ds.jsonl" --limit "$N" --max-new-tokens "$TOKENS" \
                 --dtype "$dtype" --engine "$engine" --methods "$methods" --json "$OUT/$ds-$dtype-$engine.json" \
                 2> "$OUT/$ds-$dtype-$engine.log"

@@ -100,6 +100,7 @@ struct F32 {
   static V x(const T* row, int64_t s) { return _mm512_set1_ps(row[s]); }
   static Acc fma(Acc acc, V x, V w) { return _mm512_fmadd_ps(x, w, acc); }
   static void store(T* y, Acc acc) { _mm512_storeu_ps(y, acc); }
+  static Acc load(const T* y) { return _mm512_loadu_ps(y); }
   // 16 block-form weights: fl(fl(d * q) + m), the product rounded before the sum (no FMA), as the converter did
   static V dq(const int8_t* q, V d, V m) {
     __m512 p = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)q))));
@@ -136,6 +137,7 @@ struct F32 {                                    // 16 columns as two halves of 8
     _mm256_storeu_ps(y, acc.lo);
     _mm256_storeu_ps(y + 8, acc.hi);
   }
+  static Acc load(const T* y) { return {_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)}; }
   static V dq(const int8_t* q, V d, V m) {
     __m256 lo = _mm256_mul_ps(d.lo, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q))));
     __m256 hi = _mm256_mul_ps(d.hi, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(q + 8)))));
@@ -265,6 +267,27 @@ inline void qtile(const float* __restrict x, int64_t K, const int8_t* __restrict
     for (int j = 0; j < NB; ++j) F32::store(y + i * N + j * 16, acc[i][j]);
 }
 
+// MT rows x NB blocks over one chunk of 32 steps whose weights were rebuilt into buf ([NB][32][16] fp32), adding
+// to the partial sums in y (from zero on the first chunk): an fp32 store and load are exact, so every output is
+// summed in the fp32 tile's order. Where a tile holds few rows (AVX2: 3), the rows share one rebuild this way.
+template <int MT, int NB>
+inline void chunk_tile(const float* __restrict x, int64_t K, const float* __restrict buf, float* __restrict y,
+                       int64_t N, bool first) {
+  F32::Acc acc[MT][NB];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NB; ++j) acc[i][j] = first ? F32::zero() : F32::load(y + i * N + j * 16);
+  for (int64_t s = 0; s < QBLOCK; ++s) {
+    F32::V wv[NB];
+    for (int j = 0; j < NB; ++j) wv[j] = F32::w(buf + (j * QBLOCK + s) * 16);
+    for (int i = 0; i < MT; ++i) {
+      const F32::V xv = F32::x(x + i * K, s);
+      for (int j = 0; j < NB; ++j) acc[i][j] = F32::fma(acc[i][j], xv, wv[j]);
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NB; ++j) F32::store(y + i * N + j * 16, acc[i][j]);
+}
+
 template <int Q, int NB>
 void qrows(int m, const float* x, int64_t K, const int8_t* w, int64_t rb, float* y, int64_t N, const char* pf,
            int64_t ahead) {
@@ -291,6 +314,32 @@ void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t block
             });
           continue;
         }
+      } else if (M > F32::MTILE) {
+        // more rows than a tile holds: each chunk of 32 steps rebuilt once into L1, then every row tile reads it
+        alignas(64) float buf[GROUP * QBLOCK * 16];
+        for (int64_t c = 0; c < K / QBLOCK; ++c) {
+          for (int64_t j = 0; j < nb; ++j) {
+            const float* sc = reinterpret_cast<const float*>(wb + j * rb + K * Q) + c * 32;
+            const F32::V d = F32::w(sc), mm = F32::w(sc + 16);
+            for (int64_t s = 0; s < QBLOCK; ++s)
+              F32::store(buf + (j * QBLOCK + s) * 16, dequant<Q>(wb + j * rb + (c * QBLOCK + s) * Q, d, mm));
+          }
+          for (int64_t m0 = 0; m0 < M; m0 += F32::MTILE) {
+            const int m = static_cast<int>(std::min<int64_t>(F32::MTILE, M - m0));
+            const float* xm = xp + m0 * K + c * QBLOCK;
+            float* ym = yp + m0 * n + b0 * 16;
+            int64_t b = 0;
+            for (; b + 2 <= nb; b += 2)
+              with_rows(m, [&](auto r) {
+                chunk_tile<decltype(r)::value, 2>(xm, K, buf + b * QBLOCK * 16, ym + b * 16, n, c == 0);
+              });
+            if (b < nb)
+              with_rows(m, [&](auto r) {
+                chunk_tile<decltype(r)::value, 1>(xm, K, buf + b * QBLOCK * 16, ym + b * 16, n, c == 0);
+              });
+          }
+        }
+        continue;
       }
       for (int64_t m0 = 0; m0 < M; m0 += F32::MTILE) {
         const int m = static_cast<int>(std::min<int64_t>(F32::MTILE, M - m0));

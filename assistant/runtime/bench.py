@@ -268,7 +268,6 @@ def native_build(target) -> str:
     "avx512", "avx2" (with how many of the target's packed weights ran in block form, if any), or "none (why)"
     on a CPU where oneDNN ran them; "n/a" off the CPU."""
     from assistant.runtime import kernels
-
     from assistant.runtime.layout import block_keys, native_keys
 
     if target.device.type != "cpu":

@@ -260,7 +260,8 @@ print(json.dumps(out))
 def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path):
     """ASSISTANT_KERNELS=avx512|avx2 (in a process of its own: one build a process) builds the fp32-only kernels
     a CPU without AVX512-BF16 takes. Their linear sums in the same order with the same FMAs, so on an AVX512-BF16
-    CPU its products and a packed model's logits equal that build's bit for bit (and a float64 product's to
+    CPU its products (of fp32 weights and of weights in block form) and a packed model's logits equal that build's
+    bit for bit (and a float64 product's to
     rounding); they refuse bf16 (the weights stay oneDNN's) with a one-line error."""
     if not kernels.ISAS[build][1] <= cpuinfo.flags():
         pytest.skip(f"this CPU cannot run the {build} build")
@@ -286,7 +287,8 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
         for q8 in (False, True) if k % 32 == 0 else ():      # the block forms: their fp32 weight's product
             wb, yb = block_weight(n, k, m, q8), ys[f"blocks {q8} {n},{k},{m}"]
             if same_build:
-                assert torch.equal(yb, torch.ops.assistant_kernels.linear_packed(x, torch.ops.assistant_kernels.pack(wb), n))
+                fp32 = torch.ops.assistant_kernels.pack(wb)
+                assert torch.equal(yb, torch.ops.assistant_kernels.linear_packed(x, fp32, n))
             torch.testing.assert_close(yb.double(), x.double() @ wb.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
     if same_build:
         t = tiny_qwen3(seed=8)

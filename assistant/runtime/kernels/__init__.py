@@ -12,9 +12,9 @@ has the bf16 ops (these never build). The ops:
 - `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
   `pack`, bf16 as [N/16, K/2, 16, 2] and fp32 as [N/16, K, 16], `unpack` gives it back exactly), the packed
   layout's GEMM (assistant.runtime.layout) in both dtypes; `usable(w)` says whether a weight fits it; an fp32
-  weight dequantized from blocks of 32 inputs may be packed in that block form by `pack_blocks` instead (1.25
-  bytes a weight, the same products bit for bit: assistant.runtime.kernels.blocks; `blocks_enabled()`, off with
-  ASSISTANT_BLOCKS=0);
+  weight dequantized from blocks of 32 inputs may be packed in that block form by `pack_blocks` instead
+  (0.75-1.25 bytes a weight, the same products bit for bit: assistant.runtime.kernels.blocks; `blocks_enabled()`,
+  off with ASSISTANT_BLOCKS=0);
 - `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
   an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention in bf16 (trees and prefill chunks).
 Every build's fp32 linear sums each output in one order with the same fused multiply-adds: their results are

@@ -12,9 +12,10 @@ weight is packed fp32 (assistant.runtime.layout). `unpack(wp, K)` here gives the
 Why: the embedded default target comes from a GGUF (assistant.runtime.fetch) whose linears are Q4_1 and whose
 tied output layer is Q8_0; converted to fp32 once, every weight keeps that form. A decode pass reads every
 weight once, so the fp32 model is bound by its 540 MB of weights. In block form the kernel reads 0.75 bytes a
-weight (1.25 for the Q8_0 output layer): 115 MB a pass, and rebuilds each fp32 weight in registers with the converter's two roundings: the same values into the
-same fused multiply-adds in the same order, so every product equals the fp32 kernel's bit for bit, and fp32
-decoding stays equal to transformers' fp32 generate(). Finding the form of all SmolLM2 weights takes ~0.3 s.
+weight (1.25 for the Q8_0 output layer), 115 MB a pass, and rebuilds each fp32 weight in registers with the
+converter's two roundings: the same values into the same fused multiply-adds in the same order, so every product
+equals the fp32 kernel's bit for bit, and fp32 decoding stays equal to transformers' fp32 generate(). Finding the
+form of all SmolLM2 weights takes ~0.3 s (BENCHMARKS.md, "fp32 weights in block form").
 """
 from __future__ import annotations
 

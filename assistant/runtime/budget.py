@@ -155,6 +155,17 @@ class BudgetPlan:
         return "\n".join(lines)
 
 
+def _block_form_here() -> bool:
+    """Whether this CPU's native kernels would hold fp32 weights in block form (assistant.runtime.kernels: a build
+    for AVX512F or AVX2 + FMA, not turned off), read from the CPU flags alone (no torch, no build)."""
+    from assistant.runtime import cpuinfo
+
+    if os.environ.get("ASSISTANT_KERNELS", "1") == "0" or os.environ.get("ASSISTANT_BLOCKS", "1") == "0":
+        return False
+    flags = cpuinfo.flags()
+    return "avx512f" in flags or {"avx2", "fma"} <= flags
+
+
 def _fixed_terms(shape: ModelShape, budget: int, dtype: str, dev: str, head_rows: int,
                  head_bytes: int | None, history_bytes: int = 0) -> dict[str, int]:
     if head_bytes is None:
@@ -168,6 +179,8 @@ def _fixed_terms(shape: ModelShape, budget: int, dtype: str, dev: str, head_rows
     weights = shape.weight_bytes(dtype)
     if dev == "cpu" and shape.tied and dtype in ("fp32", "bf16"):
         weights += shape.embedding_params * DTYPE_BYTES[dtype]    # the packed copy of the tied output layer
+    if dev == "cpu" and dtype == "fp32" and shape.gguf_blocks and _block_form_here():
+        weights = shape.block_form_bytes()
     terms = {"weights": weights, "head": head_bytes, "overhead": overhead, "reserve": reserve}
     if dev == "cpu" and history_bytes:
         terms["history"] = history_bytes     # in host memory: counted where the budget is the host's

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -48,6 +48,9 @@ class ModelShape:
     mlp_bias: bool = False
     qk_norm: bool = False
     checkpoint_dtype: str = "bf16"
+    gguf_blocks: bool = False   # fp32 weights dequantized from GGUF Q4_1 layers and a Q8_0 output layer (the
+                                # embedded default, assistant.runtime.fetch): packed on a CPU they stay in that
+                                # block form (assistant.runtime.kernels.blocks)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], name: str = "") -> "ModelShape":
@@ -120,6 +123,14 @@ class ModelShape:
     def parameters(self) -> int:
         return self.decoder_linear_params + self.embedding_params + self.lm_head_params + self.small_params
 
+    def block_form_bytes(self) -> int:
+        """Bytes of the weights held on a CPU in fp32 with `gguf_blocks`: the decoder's linears in 4-bit block form
+        (0.75 bytes a weight), the embedding dense (its lookups read it), the packed output layer in 8-bit block form
+        (1.25) and the norms in fp32."""
+        out = self.embedding_params if self.tied else self.lm_head_params
+        return (self.decoder_linear_params * 3 // 4 + 4 * self.embedding_params + out * 5 // 4
+                + 4 * self.small_params)
+
     def weight_bytes(self, dtype: str) -> int:
         if dtype == "int8":
             return (self.decoder_linear_params + 4 * self.decoder_linear_rows
@@ -161,7 +172,8 @@ def load_shape(target: str | os.PathLike | Mapping[str, Any]) -> ModelShape:
     key = spec.strip().lower()
     if key in SHIPPED:
         path = CONFIGS / SHIPPED[key]
-        return ModelShape.from_config(json.loads(path.read_text("utf-8")))
+        shape = ModelShape.from_config(json.loads(path.read_text("utf-8")))
+        return replace(shape, gguf_blocks=SHIPPED[key] == SHIPPED["default"])
     p = Path(spec).expanduser()
     if p.is_dir():
         p = p / "config.json"

@@ -6,7 +6,8 @@
 // bf16 as [N/16, K/2, 16, 2] (one 64-byte load gives 16 output columns x 2 inputs, the operand of one
 // vdpbf16ps), fp32 as [N/16, K, 16] (16 columns x 1 input, one FMA); every load of W serves all rows of the tile,
 // so W streams through the cache once a call. An fp32 W dequantized from blocks of 32 inputs (GGUF Q4_1 / Q8_0) may
-// be packed in that block form instead (int8 q and fp32 d, m: 1.25 bytes a weight; see qgemm), the same products.
+// be packed in that block form instead (4- or 8-bit q and fp32 d, m: 0.75-1.25 bytes a weight; see qgemm), the
+// same products.
 // Weights live in a registry under an integer key (the key a compiled graph bakes in), so the op takes
 // no Python on its way: assistant_kernels::linear(x, key, n).
 #include <ATen/ATen.h>
@@ -155,14 +156,18 @@ struct F32 {                                    // 16 columns as two halves of 8
 #endif
 
 // MT rows x NB blocks of 16 columns over `steps` steps; w points at the first block, blocks are steps * 64 bytes
-// apart. Step s also asks for the bytes [s, s + 1) * ahead of pf (ahead 0: none).
-template <class E, int MT, int NB>
+// apart. Step s also asks for the bytes [s, s + 1) * ahead of pf (ahead 0: none). ADD (fp32 only) goes on from
+// the partial sums in y instead of zero: an fp32 store and load are exact, so a sum taken in pieces is the same.
+template <class E, int MT, int NB, bool ADD = false>
 inline void tile(const typename E::T* __restrict x, int64_t K, const typename E::T* __restrict w, int64_t steps,
                  typename E::T* __restrict y, int64_t N, const char* pf, int64_t ahead) {
   constexpr int64_t PER = 64 / sizeof(typename E::T);      // elements of a block a step reads
   typename E::Acc acc[MT][NB];
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NB; ++j) acc[i][j] = E::zero();
+    for (int j = 0; j < NB; ++j) {
+      if constexpr (ADD) acc[i][j] = E::load(y + i * N + j * 16);
+      else acc[i][j] = E::zero();
+    }
   const int64_t block = steps * PER;
   for (int64_t s = 0; s < steps; ++s) {
     for (int64_t off = s * ahead; off < (s + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
@@ -267,25 +272,13 @@ inline void qtile(const float* __restrict x, int64_t K, const int8_t* __restrict
     for (int j = 0; j < NB; ++j) F32::store(y + i * N + j * 16, acc[i][j]);
 }
 
-// MT rows x NB blocks over one chunk of 32 steps whose weights were rebuilt into buf ([NB][32][16] fp32), adding
-// to the partial sums in y (from zero on the first chunk): an fp32 store and load are exact, so every output is
-// summed in the fp32 tile's order. Where a tile holds few rows (AVX2: 3), the rows share one rebuild this way.
+// MT rows x NB blocks over one chunk of 32 steps whose weights were rebuilt into buf ([NB][32][16] fp32: the fp32
+// packing of those steps), from zero on the first chunk and from y's partial sums after it. Where a tile holds few
+// rows (AVX2: 3), the rows share one rebuild this way.
 template <int MT, int NB>
-inline void chunk_tile(const float* __restrict x, int64_t K, const float* __restrict buf, float* __restrict y,
-                       int64_t N, bool first) {
-  F32::Acc acc[MT][NB];
-  for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NB; ++j) acc[i][j] = first ? F32::zero() : F32::load(y + i * N + j * 16);
-  for (int64_t s = 0; s < QBLOCK; ++s) {
-    F32::V wv[NB];
-    for (int j = 0; j < NB; ++j) wv[j] = F32::w(buf + (j * QBLOCK + s) * 16);
-    for (int i = 0; i < MT; ++i) {
-      const F32::V xv = F32::x(x + i * K, s);
-      for (int j = 0; j < NB; ++j) acc[i][j] = F32::fma(acc[i][j], xv, wv[j]);
-    }
-  }
-  for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NB; ++j) F32::store(y + i * N + j * 16, acc[i][j]);
+inline void chunk_tile(const float* x, int64_t K, const float* buf, float* y, int64_t N, bool first) {
+  if (first) tile<F32, MT, NB>(x, K, buf, QBLOCK, y, N, nullptr, 0);
+  else tile<F32, MT, NB, true>(x, K, buf, QBLOCK, y, N, nullptr, 0);
 }
 
 template <int Q, int NB>
@@ -456,8 +449,8 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
                 "assistant_kernels::linear: an fp32 input and a block-form weight expected");
     const at::Tensor xc = x.contiguous();
     const int64_t K = xc.size(-1);
-    const bool nibbles = K % QBLOCK == 0 && wp.size(1) == qrow_bytes(K, 8);
-    TORCH_CHECK(nibbles || (K % QBLOCK == 0 && wp.size(1) == qrow_bytes(K, 16)),
+    const bool nibbles = wp.size(1) == qrow_bytes(K, 8);
+    TORCH_CHECK(K % QBLOCK == 0 && (nibbles || wp.size(1) == qrow_bytes(K, 16)),
                 "assistant_kernels::linear: shapes do not match the block-form weight");
     const int64_t M = K ? xc.numel() / K : 0;
     std::vector<int64_t> sizes = xc.sizes().vec();

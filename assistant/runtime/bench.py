@@ -5,7 +5,10 @@ every prompt (methods interleaved per prompt, so drifting machine load hits all
 of them alike, after one untimed warm-up) and returns the JSON-ready report of
 DESIGN.md: `methods.<name>.{tokens_per_pass, tokens_per_second, speedup_vs_hf,
 exact_match_vs_hf, ...}` and `per_prompt[]` rows `{id, method, new_tokens,
-forward_passes, seconds, tokens}`. `drafters` maps each of our speculative methods (DRAFTED:
+forward_passes, seconds, tokens}`. Where greedy runs too, each drafted method's
+`same_as_greedy` is the share of its answers equal token for token to our own greedy loop's on the same
+engine: 1.0 in fp32 and in bf16 alike where every verify pass is row-invariant (a node gets bit for bit
+what a one-token pass would give it: assistant.runtime.kernels), whatever generate()'s kernels round. `drafters` maps each of our speculative methods (DRAFTED:
 phrase = the default drafter, head = the phrase head alone, lookup = the in-context lookup alone) to
 its drafter; each keeps one width controller for the run, as a chat session does, and a drafter
 that counts `banked` tokens per source (assistant.runtime.drafters.UnionDrafter) reports
@@ -181,8 +184,13 @@ def run_bench(target, prompts: list[dict], cfg: BenchConfig, drafters: dict[str,
             answer = next((r["tokens"] for r in rows[-len(cfg.methods):] if r["method"] == "phrase"), None)
             if history is not None and answer:
                 history.add(answer)
+            mine = rows[-len(cfg.methods):]
+            plain = next((r["tokens"] for r in mine if r["method"] == "greedy"), None)
+            for r in mine if plain is not None else ():
+                if r["method"] in DRAFTED:
+                    r["same_as_greedy"] = r["tokens"] == plain
             if ref is not None:
-                for r in rows[-len(cfg.methods):]:
+                for r in mine:
                     if r["method"] == "hf":
                         continue
                     d = first_divergence(ref, r["tokens"])
@@ -221,6 +229,10 @@ def summarize(rows: list[dict], hist: dict[str, Counter], divergences: list[dict
             decode_passes = max(passes - len(mine), 1)
             methods[m]["ms_per_pass"] = {k: 1000 * v / decode_passes for k, v in phases[m].items() if k != "prefill"}
             methods[m]["prefill_ms_per_prompt"] = 1000 * phases[m]["prefill"] / max(len(mine), 1)
+    for m, s in methods.items():
+        flags = [r["same_as_greedy"] for r in rows if r["method"] == m and "same_as_greedy" in r]
+        if flags:
+            s["same_as_greedy"] = sum(flags) / len(flags)
     if "hf" in methods:
         base = methods["hf"]["tokens_per_second"]
         for m, s in methods.items():
@@ -283,12 +295,13 @@ def format_table(report: dict) -> str:
     lines = [f"{report['target']} {report['dtype']} on {report['device']} ({report['machine']}; "
              f"engine {report.get('config', {}).get('engine', 'eager')}{kernels}; "
              f"cpu flags: {report.get('cpu_flags', 'n/a')})",
-             f"{'method':8} {'tok/pass':>9} {'tok/s':>8} {'vs hf':>7} {'exact':>7}"]
+             f"{'method':8} {'tok/pass':>9} {'tok/s':>8} {'vs hf':>7} {'exact':>7} {'=greedy':>8}"]
     for m, s in report["methods"].items():
         # without hf in the run there is nothing to compare with: "-", not "nanx"
         vs = f"{s['speedup_vs_hf']:6.2f}x" if "speedup_vs_hf" in s else f"{'-':>7}"
         ex = f"{s['exact_match_vs_hf']:7.2f}" if "exact_match_vs_hf" in s else f"{'-':>7}"
-        lines.append(f"{m:8} {s['tokens_per_pass']:9.2f} {s['tokens_per_second']:8.2f} {vs} {ex}")
+        same = f"{s['same_as_greedy']:8.2f}" if "same_as_greedy" in s else f"{'-':>8}"
+        lines.append(f"{m:8} {s['tokens_per_pass']:9.2f} {s['tokens_per_second']:8.2f} {vs} {ex} {same}")
     for m, s in report["methods"].items():
         banked = s.get("banked_by_source") or {}
         total = sum(banked.values())

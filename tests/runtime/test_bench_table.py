@@ -11,8 +11,8 @@ def test_table_without_hf_prints_a_dash_not_nan():
                                 "phrase": {"tokens_per_pass": 1.5, "tokens_per_second": 10.0}}))
     rows = out.splitlines()[2:]
     assert "nan" not in out
-    assert rows[0].split() == ["greedy", "1.00", "12.00", "-", "-"]
-    assert rows[1].split() == ["phrase", "1.50", "10.00", "-", "-"]
+    assert rows[0].split() == ["greedy", "1.00", "12.00", "-", "-", "-"]
+    assert rows[1].split() == ["phrase", "1.50", "10.00", "-", "-", "-"]
 
 
 def test_table_with_hf_prints_ratios():
@@ -20,7 +20,14 @@ def test_table_with_hf_prints_ratios():
                                        "exact_match_vs_hf": 1.0},
                                 "phrase": {"tokens_per_pass": 2.5, "tokens_per_second": 12.0, "speedup_vs_hf": 1.5,
                                            "exact_match_vs_hf": 0.8}}))
-    assert out.splitlines()[3].split() == ["phrase", "2.50", "12.00", "1.50x", "0.80"]
+    assert out.splitlines()[3].split() == ["phrase", "2.50", "12.00", "1.50x", "0.80", "-"]
+
+
+def test_table_prints_the_share_of_answers_equal_to_our_greedy():
+    out = format_table(_report({"greedy": {"tokens_per_pass": 1.0, "tokens_per_second": 12.0},
+                                "phrase": {"tokens_per_pass": 2.5, "tokens_per_second": 20.0, "same_as_greedy": 1.0}}))
+    assert out.splitlines()[1].split()[-1] == "=greedy"
+    assert out.splitlines()[3].split() == ["phrase", "2.50", "20.00", "-", "-", "1.00"]
 
 
 def test_header_names_the_native_kernels_build():
@@ -48,6 +55,8 @@ def test_a_history_run_adds_each_answer_to_the_index_as_a_session_does(tiny_targ
     first, second = [r for r in rep["per_prompt"] if r["method"] == "phrase"]
     assert len(index) == len(first["tokens"]) + 1 + len(second["tokens"]) + 1    # each answer, then a separator
     assert second["tokens"] == first["tokens"]
+    assert first["same_as_greedy"] and second["same_as_greedy"]        # fp32: the drafted answer is greedy's
+    assert rep["methods"]["phrase"]["same_as_greedy"] == 1.0 and "same_as_greedy" not in rep["methods"]["greedy"]
     # the same question again: the second answer is copied from the first one
     assert second["forward_passes"] < first["forward_passes"]
     assert rep["methods"]["phrase"]["banked_by_source"]["history"] > 0

@@ -17,6 +17,11 @@ has the bf16 ops (these never build). The ops:
   off with ASSISTANT_BLOCKS=0);
 - `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
   an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention in bf16 (trees and prefill chunks).
+  Row-invariant: a query row's output depends only on the keys its mask lets it see, in their order, not on the
+  slots they sit at (the softmax denominator is summed in lanes by each seen key's rank), so a tree node whose
+  ancestors are scattered through a tree equals, bit for bit, the one-token pass that later sees them in a row;
+  with the linears (each output row summed alike at any row count) a bf16 verify pass gives every node exactly
+  what greedy decoding on the same engine gives it.
 Every build's fp32 linear sums each output in one order with the same fused multiply-adds: their results are
 equal bit for bit, so the exactness measured on one holds on the others.
 

@@ -546,6 +546,47 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
+// The softmax denominator of one query row, summed in 16 lanes by the RANK of each slot among the slots the row
+// sees (its mask above MASKED), not by the slot's place in the window: a tree node's ancestors sit at scattered
+// slots, but in the one-node pass that later reads the same keys they are consecutive; with lanes by rank both
+// add the same terms in the same order, so every row's attention, and so the whole verify pass (the linears and
+// the compiled elementwise code are row-invariant already), gives each node bit for bit what a one-token pass
+// gives it, and speculative decoding in bf16 answers exactly what greedy decoding on this engine answers. A
+// block whose 16 slots are all seen while the lanes are aligned is one vector add, as before; only blocks with
+// masked slots (a tree's, a prefill chunk's causal edge) take the compress-and-rotate path.
+constexpr float MASKED = -1e30f;   // an additive mask at or below this hides its slot (the engines use dtype min)
+
+struct RankSum {
+  __m512 sum = _mm512_setzero_ps(), buf = _mm512_setzero_ps();
+  int fill = 0;                    // seen slots so far, mod 16: the lane the next one goes to
+
+  void add(__m512 e, __mmask16 seen) {
+    if (seen == 0xFFFF && fill == 0) {
+      sum = _mm512_add_ps(sum, e);
+      return;
+    }
+    const int k = __builtin_popcount(seen);
+    if (k == 0) return;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    // the seen terms packed into lanes 0..k-1, then rotated so that term i lands in lane (fill + i) % 16
+    const __m512 rot = _mm512_permutexvar_ps(
+        _mm512_and_si512(_mm512_sub_epi32(lane, _mm512_set1_epi32(fill)), _mm512_set1_epi32(15)),
+        _mm512_maskz_compress_ps(seen, e));
+    const int end = fill + k;
+    const __mmask16 from = (__mmask16)(0xFFFFu << fill);
+    if (end < 16) {
+      buf = _mm512_mask_mov_ps(buf, from & first_lanes(end), rot);
+      fill = end;
+    } else {
+      sum = _mm512_add_ps(sum, _mm512_mask_mov_ps(buf, from, rot));
+      buf = _mm512_maskz_mov_ps(first_lanes(end - 16), rot);
+      fill = end - 16;
+    }
+  }
+
+  float total() const { return _mm512_reduce_add_ps(_mm512_add_ps(sum, buf)); }
+};
+
 constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keeps in registers
 constexpr int64_t TASK_ROWS = 64; // most query rows a task takes: its scores (rows x slots, fp32) stay small
 constexpr int64_t MAXD = 256;
@@ -615,7 +656,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const float* mp = mc.data_ptr<float>();
   auto* op = reinterpret_cast<uint16_t*>(out.data_ptr());
   const int64_t mstride_b = mc.size(0) == 1 ? 0 : mc.stride(0);
-  const __m512 vscale = _mm512_set1_ps((float)scale);
+  const __m512 vscale = _mm512_set1_ps((float)scale), vseen = _mm512_set1_ps(MASKED);
   const int64_t kstride = kc.stride(2), vstride = vc.stride(2);
   at::parallel_for(0, B * KVH * parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -664,14 +705,14 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
           mv = _mm512_mask_max_ps(mv, live, mv, _mm512_maskz_loadu_ps(live, s + j));
         }
         const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-        __m512 sum = _mm512_setzero_ps();
+        RankSum sum;
         for (int64_t j = 0; j < N; j += 16) {
           const __mmask16 live = first_lanes(N - j);
           const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), m)));
           _mm512_mask_storeu_ps(s + j, live, e);
-          sum = _mm512_add_ps(sum, e);
+          sum.add(e, live & _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(live, mrow[r] + j), vseen, _CMP_GT_OQ));
         }
-        inv[r] = 1.0f / _mm512_reduce_add_ps(sum);
+        inv[r] = 1.0f / sum.total();
       }
       // weighted sum: tiles of 8 rows x 2 blocks of 16 values (16 accumulators)
       std::vector<uint16_t*> orow(rows);

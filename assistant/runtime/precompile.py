@@ -68,8 +68,8 @@ def artifact_key(model, layout: str, feature_layers: Sequence[int], options: dic
         "config": model.config.to_json_string(use_diff=False), "dtype": str(model.dtype),
         "device": model.device.type, "layout": layout, "keys": packed_keys(model),
         "columns": packed_columns(model), "native": native_keys(model),
-        # the bf16 attention kernel is in the graph where it loaded (a bf16 engine on the CPU loads it first)
-        "kernels": kernels.bf16() and model.dtype == torch.bfloat16 and model.device.type == "cpu",
+        # the native attention is in the graph where it loaded for this dtype (a CPU engine loads the kernels first)
+        "kernels": kernels.attention(model.dtype) and model.device.type == "cpu",
         "features": list(feature_layers), "options": sorted(options.items()), "source": _source_digest(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]

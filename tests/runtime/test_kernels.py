@@ -83,52 +83,61 @@ def _attention_reference(q, k, v, mask, scale):
     return (p @ vv).transpose(1, 2)
 
 
-@native
+def _attention_dtypes() -> list:
+    """bf16 and fp32, each skipped where the loaded build has no attention in it (kernels.attention)."""
+    return [pytest.param(dt, marks=pytest.mark.skipif(not (kernels.load() and kernels.attention(dt)),
+                                                      reason=f"no native {dt} attention in this build: "
+                                                             f"{kernels.problem() or kernels.running()}"))
+            for dt in (torch.bfloat16, torch.float32)]
+
+
+@pytest.mark.parametrize("dtype", _attention_dtypes())
 @pytest.mark.parametrize("heads,kv_heads,d", [(9, 3, 64), (4, 4, 32), (8, 2, 128)])
 @pytest.mark.parametrize("q_len,n", [(1, 1), (2, 17), (5, 200), (16, 40), (100, 130)])
-def test_attention_matches_softmax_attention(heads, kv_heads, d, q_len, n):
+def test_attention_matches_softmax_attention(heads, kv_heads, d, q_len, n, dtype):
     g = torch.Generator().manual_seed(heads * 100 + q_len * 10 + n)
-    q = torch.randn(1, q_len, heads, d, generator=g).to(torch.bfloat16).transpose(1, 2)    # the model's strides
-    k = torch.randn(1, kv_heads, n + 7, d, generator=g).to(torch.bfloat16)[:, :, :n]      # a window of a cache
-    v = torch.randn(1, kv_heads, n + 7, d, generator=g).to(torch.bfloat16)[:, :, :n]
+    q = torch.randn(1, q_len, heads, d, generator=g).to(dtype).transpose(1, 2)    # the model's strides
+    k = torch.randn(1, kv_heads, n + 7, d, generator=g).to(dtype)[:, :, :n]      # a window of a cache
+    v = torch.randn(1, kv_heads, n + 7, d, generator=g).to(dtype)[:, :, :n]
     allowed = torch.rand(q_len, n, generator=g) < 0.7
     allowed[:, 0] = True
-    mask = torch.zeros(q_len, n, dtype=torch.bfloat16).masked_fill_(~allowed, torch.finfo(torch.bfloat16).min)
+    mask = torch.zeros(q_len, n, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
     out = torch.ops.assistant_kernels.attention(q, k, v, mask[None, None], d ** -0.5)
-    assert out.shape == (1, q_len, heads, d) and out.dtype == torch.bfloat16
+    assert out.shape == (1, q_len, heads, d) and out.dtype == dtype
     ref = _attention_reference(q, k, v, mask[None, None], d ** -0.5)
-    torch.testing.assert_close(out.double(), ref, rtol=2 ** -7, atol=2e-3)
+    tol = dict(rtol=2 ** -7, atol=2e-3) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.double(), ref, **tol)
 
 
-@native
+@pytest.mark.parametrize("dtype", _attention_dtypes())
 @pytest.mark.parametrize("prefix", [0, 5, 16, 37, 250])
-def test_a_tree_node_attends_bit_for_bit_as_a_one_token_pass_would(prefix):
+def test_a_tree_node_attends_bit_for_bit_as_a_one_token_pass_would(prefix, dtype):
     """Row invariance: a node whose ancestors sit at scattered slots of a tree gets exactly the output of the
     one-token pass that later sees the same keys at consecutive slots (the softmax sums by rank, not slot).
-    A sum grouped otherwise moves the output by an fp32 ulp, which its bf16 rounding shows only rarely: hence
-    many trees (summed by slot, 2-6 of these 24 trees had a node differ)."""
+    A sum grouped otherwise moves the output by an fp32 ulp, which bf16 rounding shows only rarely: hence many
+    trees (summed by slot, 2-6 of these 24 trees had a node differ in bf16)."""
     g = torch.Generator().manual_seed(prefix)
     heads, kv_heads, d, nodes = 16, 2, 128, 16
-    low = torch.finfo(torch.bfloat16).min
+    low = torch.finfo(dtype).min
     differ = []
     for trial in range(24):
         parent = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, nodes)]   # parents first
         n = prefix + nodes
-        k = torch.randn(1, kv_heads, n, d, generator=g).to(torch.bfloat16)
-        v = torch.randn(1, kv_heads, n, d, generator=g).to(torch.bfloat16)
-        q = (torch.randn(1, heads, nodes, d, generator=g) * 2).to(torch.bfloat16)
+        k = torch.randn(1, kv_heads, n, d, generator=g).to(dtype)
+        v = torch.randn(1, kv_heads, n, d, generator=g).to(dtype)
+        q = (torch.randn(1, heads, nodes, d, generator=g) * 2).to(dtype)
         allowed = torch.zeros(nodes, n, dtype=torch.bool)
         allowed[:, :prefix] = True
         for i in range(nodes):
             j = i
             while j >= 0:
                 allowed[i, prefix + j], j = True, parent[j]
-        mask = torch.zeros(nodes, n, dtype=torch.bfloat16).masked_fill_(~allowed, low)[None, None]
+        mask = torch.zeros(nodes, n, dtype=dtype).masked_fill_(~allowed, low)[None, None]
         tree = torch.ops.assistant_kernels.attention(q, k, v, mask, d ** -0.5)
         for i in range(nodes):
             seen = allowed[i].nonzero().flatten()       # the prefix, then the ancestors root first, the node last
-            pad = torch.randn(1, kv_heads, 1, d, generator=g).to(torch.bfloat16)   # a 2-node pass's padding node
-            one_mask = torch.zeros(1, len(seen) + 1, dtype=torch.bfloat16)
+            pad = torch.randn(1, kv_heads, 1, d, generator=g).to(dtype)   # a 2-node pass's padding node
+            one_mask = torch.zeros(1, len(seen) + 1, dtype=dtype)
             one_mask[0, -1] = low
             one = torch.ops.assistant_kernels.attention(q[:, :, i:i + 1], torch.cat([k[:, :, seen], pad], 2),
                                                         torch.cat([v[:, :, seen], pad], 2), one_mask[None, None],
@@ -275,6 +284,11 @@ for n, k, m in json.loads(sys.argv[2]):
         for q8 in (False, True):
             wb = torch.ops.assistant_kernels.pack_blocks(block_weight(n, k, m, q8))
             ys[f"blocks {q8} {n},{k},{m}"] = torch.ops.assistant_kernels.linear_packed(x, wb, n)
+if kernels.attention(torch.float32):
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, h, n, 64, generator=g) for h, n in ((6, 3), (2, 40), (2, 40)))
+    mask = torch.zeros(3, 40).masked_fill_(torch.rand(3, 40, generator=g) < 0.3, torch.finfo(torch.float32).min)
+    ys["attention"] = torch.ops.assistant_kernels.attention(q, k, v, mask[None, None], 0.125)
 t = tiny_qwen3(seed=8)
 set_layout(t.model, "packed")
 out["native_keys"] = len(native_keys(t.model))
@@ -300,7 +314,8 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
     a CPU without AVX512-BF16 takes. Their linear sums in the same order with the same FMAs, so on an AVX512-BF16
     CPU its products (of fp32 weights and of weights in block form) and a packed model's logits equal that build's
     bit for bit (and a float64 product's to
-    rounding); they refuse bf16 (the weights stay oneDNN's) with a one-line error."""
+    rounding); they refuse bf16 (the weights stay oneDNN's) with a one-line error. The AVX512F build's fp32
+    attention equals the AVX512-BF16 build's too (the same code); the AVX2 build has none."""
     if not kernels.ISAS[build][1] <= cpuinfo.flags():
         pytest.skip(f"this CPU cannot run the {build} build")
     root = Path(__file__).resolve().parents[2]
@@ -312,9 +327,17 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["isa"] == build and not got["bf16"] and not got["usable_bf16"]
     assert got["native_keys"] == 2 * 4 + 1                       # every fp32 linear of the tiny model
-    assert len(got["errors"]) == 2 and all("(no AVX512-BF16) has no bf16 kernel" in e for e in got["errors"])
+    refusals = ["(no AVX512-BF16) has no bf16 kernel"] + ["(no AVX512-BF16) has no bf16 kernel" if build == "avx512"
+                                                         else "(no AVX512F) has no attention"]
+    assert len(got["errors"]) == 2 and all(want in e for want, e in zip(refusals, got["errors"]))
     ys = load_file(out)
     same_build = kernels.load() and kernels.running() == "avx512bf16"
+    assert ("attention" in ys) == (build == "avx512")
+    if "attention" in ys and same_build:
+        g = torch.Generator().manual_seed(5)
+        q, k, v = (torch.randn(1, h, n, 64, generator=g) for h, n in ((6, 3), (2, 40), (2, 40)))
+        mask = torch.zeros(3, 40).masked_fill_(torch.rand(3, 40, generator=g) < 0.3, torch.finfo(torch.float32).min)
+        assert torch.equal(ys["attention"], torch.ops.assistant_kernels.attention(q, k, v, mask[None, None], 0.125))
     for n, k, m in _SHAPES:
         g = torch.Generator().manual_seed(n * 1000 + k + m)
         w, x = torch.randn(n, k, generator=g) * 0.1, torch.randn(m, k, generator=g)

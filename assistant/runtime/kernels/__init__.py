@@ -5,7 +5,8 @@ building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once
 `isa()`, into the user cache directory), or False where it cannot run: neither AVX512 nor AVX2 + FMA, no
 compiler, a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead).
 `isa()` names the build this CPU takes, without building: "avx512bf16" (every op, both dtypes), else the fp32
-linear alone, "avx512" (AVX512F: many cloud servers' CPUs) or "avx2" (AVX2 + FMA: most laptops' CPUs), where
+linear, "avx512" (AVX512F: many cloud servers' CPUs; with the fp32 attention) or "avx2" (AVX2 + FMA: most laptops'
+CPUs; the linear alone), where
 oneDNN ran the fp32 passes before; ASSISTANT_KERNELS=avx512|avx2 takes that build on a CPU that has more, as
 the tests do. `loaded()` says whether it ran, `running()` which build, `bf16()` whether it
 has the bf16 ops (these never build). The ops:
@@ -16,12 +17,13 @@ has the bf16 ops (these never build). The ops:
   (0.75-1.25 bytes a weight, the same products bit for bit: assistant.runtime.kernels.blocks; `blocks_enabled()`,
   off with ASSISTANT_BLOCKS=0);
 - `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
-  an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention in bf16 (trees and prefill chunks).
+  an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention (trees and prefill chunks), bf16 in the
+  AVX512-BF16 build and fp32 in every AVX512F build (`attention(dtype)` says which here).
   Row-invariant: a query row's output depends only on the keys its mask lets it see, in their order, not on the
   slots they sit at (the softmax denominator is summed in lanes by each seen key's rank), so a tree node whose
   ancestors are scattered through a tree equals, bit for bit, the one-token pass that later sees them in a row;
-  with the linears (each output row summed alike at any row count) a bf16 verify pass gives every node exactly
-  what greedy decoding on the same engine gives it.
+  with the linears (each output row summed alike at any row count) a verify pass gives every node exactly
+  what greedy decoding on the same engine gives it, in bf16 and fp32.
 Every build's fp32 linear sums each output in one order with the same fused multiply-adds: their results are
 equal bit for bit, so the exactness measured on one holds on the others.
 
@@ -150,6 +152,12 @@ def running() -> str | None:
 def bf16() -> bool:
     """The loaded build has the bf16 ops (the linear's bf16 path and the attention); never builds."""
     return running() == "avx512bf16"
+
+
+def attention(dtype: torch.dtype) -> bool:
+    """The loaded build has the attention in `dtype`: bf16 in the AVX512-BF16 build, fp32 in every AVX512F build
+    (the AVX2 build has none); never builds."""
+    return (dtype == torch.bfloat16 and bf16()) or (dtype == torch.float32 and running() in ("avx512bf16", "avx512"))
 
 
 def problem() -> str | None:

@@ -1,5 +1,5 @@
-// Kernels for decode passes (1-16 tree nodes) on x86 CPUs: built with AVX512-BF16, a linear (bf16 and fp32) and a
-// bf16 attention; built with AVX512F alone or AVX2 + FMA (CPUs without AVX512-BF16), the fp32 linear alone. Every
+// Kernels for decode passes (1-16 tree nodes) on x86 CPUs: built with AVX512-BF16, a linear and an attention (bf16
+// and fp32); built with AVX512F alone, the fp32 linear and attention; with AVX2 + FMA, the fp32 linear alone. Every
 // build sums each output in the same order with the same fused multiply-adds: their results are equal bit for bit.
 //
 // y[M, N] = x[M, K] @ W[N, K]^T, fp32 accumulation (bf16: rounded to bf16 once, as oneDNN does). W is packed once,
@@ -495,7 +495,7 @@ at::Tensor linear(const at::Tensor& x, int64_t key, int64_t n) {
   return linear_packed(x, w, n);
 }
 
-#ifdef ASSISTANT_BF16
+#if defined(__AVX512F__)
 // e^x for 16 floats (Cephes' expf polynomial, ~1 ulp); 0 below -87 (a masked score).
 inline __m512 exp16(__m512 x) {
   const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
@@ -518,7 +518,7 @@ inline __mmask16 first_lanes(int64_t n) {   // the first min(n, 16) of 16 lanes
   return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
 }
 
-inline __m512 load16(const uint16_t* p) {   // 16 bf16 -> fp32
+inline __m512 load_bf16(const uint16_t* p) {   // 16 bf16 -> fp32
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
 
@@ -591,30 +591,63 @@ constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keep
 constexpr int64_t TASK_ROWS = 64; // most query rows a task takes: its scores (rows x slots, fp32) stay small
 constexpr int64_t MAXD = 256;
 
-// Scores of R query rows against 16 slots: kt holds the slots' keys as DP d-pairs (transposed), qrow[r] the rows'
-// d-pairs; scaled, masked (mrow[r] + j0) and stored to score[r] + j0 for the live lanes.
-template <int R>
-inline void score_tile(const __m512i* kt, int64_t DP, const int32_t* const* qrow, const float* const* mrow,
+// The attention's element types: bf16 (keys as d-pairs, one vdpbf16ps per pair of dimensions) and fp32 (one
+// FMA per dimension). A "unit" is one 32-bit lane of a key row: a d-pair of bf16, or one fp32 value.
+struct AttnF32 {
+  using T = float;
+  static constexpr int64_t PER = 1;     // dimensions per unit
+  static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+  static void store32(float* out, __m512 lo, __m512 hi) {
+    _mm512_storeu_ps(out, lo);
+    _mm512_storeu_ps(out + 16, hi);
+  }
+};
+#ifdef ASSISTANT_BF16
+struct AttnBf16 {
+  using T = uint16_t;
+  static constexpr int64_t PER = 2;
+  static __m512 load16(const uint16_t* p) { return load_bf16(p); }
+  static void store32(uint16_t* out, __m512 lo, __m512 hi) {
+    _mm256_storeu_si256((__m256i*)out, (__m256i)_mm512_cvtneps_pbh(lo));
+    _mm256_storeu_si256((__m256i*)(out + 16), (__m256i)_mm512_cvtneps_pbh(hi));
+  }
+};
+#endif
+
+// Scores of R query rows against 16 slots: kt holds the slots' keys as U units (transposed), qrow[r] the rows'
+// units; scaled, masked (mrow[r] + j0) and stored to score[r] + j0 for the live lanes. Each score sums its
+// dimensions in one order whatever slot it is in.
+template <class E, int R>
+inline void score_tile(const __m512i* kt, int64_t U, const int32_t* const* qrow, const float* const* mrow,
                        float* const* score, int64_t j0, __mmask16 live, __m512 vscale) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t dp = 0; dp < DP; ++dp) {
-    const __m512bh kv = (__m512bh)kt[dp];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(qrow[r][dp]), kv);
+  for (int64_t u = 0; u < U; ++u) {
+#ifdef ASSISTANT_BF16
+    if constexpr (std::is_same_v<E, AttnBf16>) {
+      const __m512bh kv = (__m512bh)kt[u];
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(qrow[r][u]), kv);
+      continue;
+    }
+#endif
+    const __m512 kv = _mm512_castsi512_ps(kt[u]);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_set1_epi32(qrow[r][u])), kv, acc[r]);
   }
   for (int r = 0; r < R; ++r)
     _mm512_mask_storeu_ps(score[r] + j0, live,
                           _mm512_fmadd_ps(acc[r], vscale, _mm512_maskz_loadu_ps(live, mrow[r] + j0)));
 }
 
-// out[r][0:32] = sum_j prob[r][j] * v[j][0:32] * inv[r] for R rows over N slots (v rows `vstride` apart), bf16.
-template <int R>
-inline void value_tile(const float* const* prob, const float* inv, const uint16_t* v, int64_t vstride, int64_t N,
-                       uint16_t* const* out) {
+// out[r][0:32] = sum_j prob[r][j] * v[j][0:32] * inv[r] for R rows over N slots (v rows `vstride` apart), in
+// slot order (a hidden slot's probability is 0, which adds nothing).
+template <class E, int R>
+inline void value_tile(const float* const* prob, const float* inv, const typename E::T* v, int64_t vstride, int64_t N,
+                       typename E::T* const* out) {
   __m512 o0[R], o1[R];
   for (int r = 0; r < R; ++r) o0[r] = o1[r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < N; ++j) {
-    const __m512 v0 = load16(v + j * vstride), v1 = load16(v + j * vstride + 16);
+    const __m512 v0 = E::load16(v + j * vstride), v1 = E::load16(v + j * vstride + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 p = _mm512_set1_ps(prob[r][j]);
       o0[r] = _mm512_fmadd_ps(p, v0, o0[r]);
@@ -623,38 +656,29 @@ inline void value_tile(const float* const* prob, const float* inv, const uint16_
   }
   for (int r = 0; r < R; ++r) {
     const __m512 s = _mm512_set1_ps(inv[r]);
-    _mm256_storeu_si256((__m256i*)out[r], (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o0[r], s)));
-    _mm256_storeu_si256((__m256i*)(out[r] + 16), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o1[r], s)));
+    E::store32(out[r], _mm512_mul_ps(o0[r], s), _mm512_mul_ps(o1[r], s));
   }
 }
 
 // Attention of query rows over a window of the cache (a tree's nodes, or a prompt's chunk): q [B, H, Q, D],
-// k/v [B, KVH, N, D], mask [B or 1, 1, Q, N] additive -> [B, Q, H, D] bf16. A task takes one kv head and half of
-// its grouped query rows (G * Q; at most TASK_ROWS), so each key and value is read by two tasks of a decode pass,
-// not by every query head. Scores of 16 slots at
-// a time: the keys' d-pairs transposed across slots once per block, so each vdpbf16ps serves 16 slots and no
-// sum runs across lanes; softmax and the weighted sum in fp32, rounded to bf16 once.
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                     double scale) {
-  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
-              v.scalar_type() == at::kBFloat16 && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4,
-              "assistant_kernels::attention: bf16 [B, H, Q, D] query and [B, KVH, N, D] keys/values expected");
-  const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3), KVH = k.size(1), N = k.size(2);
-  TORCH_CHECK(D % 32 == 0 && D <= MAXD && H % KVH == 0 && v.size(2) == N && mask.size(2) == Q && mask.size(3) == N,
-              "assistant_kernels::attention: unsupported shapes");
-  const at::Tensor qc = q.stride(3) == 1 ? q : q.contiguous();
-  const at::Tensor kc = k.stride(3) == 1 ? k : k.contiguous();
-  const at::Tensor vc = v.stride(3) == 1 ? v : v.contiguous();
-  const at::Tensor mc = mask.scalar_type() == at::kFloat ? mask.contiguous() : mask.to(at::kFloat).contiguous();
-  at::Tensor out = at::empty({B, Q, H, D}, q.options());
-  const int64_t G = H / KVH, R = G * Q, DB = D / 16, DP = D / 2;
+// k/v [B, KVH, N, D], mask [B or 1, 1, Q, N] additive -> [B, Q, H, D], bf16 or fp32 (q, k, v and the output alike).
+// A task takes one kv head and half of its grouped query rows (G * Q; at most TASK_ROWS), so each key and value is
+// read by two tasks of a decode pass, not by every query head. Scores of 16 slots at a time: the keys' units
+// transposed across slots once per block, so each vdpbf16ps / FMA serves 16 slots and no sum runs across lanes;
+// softmax (its denominator by rank: RankSum) and the weighted sum in fp32, rounded to bf16 once in bf16.
+template <class E>
+void attend(const at::Tensor& qc, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& mc, double scale,
+            at::Tensor& out) {
+  using T = typename E::T;
+  const int64_t B = qc.size(0), H = qc.size(1), Q = qc.size(2), D = qc.size(3), KVH = kc.size(1), N = kc.size(2);
+  const int64_t G = H / KVH, R = G * Q, DB = D / 16, U = D / E::PER;
   // half of a kv head's rows a task (two threads share each head of a decode pass), at most TASK_ROWS
   const int64_t per = std::min<int64_t>((R + 1) / 2, TASK_ROWS), parts = (R + per - 1) / per;
-  const auto* qp = reinterpret_cast<const uint16_t*>(qc.data_ptr());
-  const auto* kp = reinterpret_cast<const uint16_t*>(kc.data_ptr());
-  const auto* vp = reinterpret_cast<const uint16_t*>(vc.data_ptr());
+  const auto* qp = reinterpret_cast<const T*>(qc.data_ptr());
+  const auto* kp = reinterpret_cast<const T*>(kc.data_ptr());
+  const auto* vp = reinterpret_cast<const T*>(vc.data_ptr());
   const float* mp = mc.data_ptr<float>();
-  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr());
+  auto* op = reinterpret_cast<T*>(out.data_ptr());
   const int64_t mstride_b = mc.size(0) == 1 ? 0 : mc.stride(0);
   const __m512 vscale = _mm512_set1_ps((float)scale), vseen = _mm512_set1_ps(MASKED);
   const int64_t kstride = kc.stride(2), vstride = vc.stride(2);
@@ -675,24 +699,25 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         mrow[r] = mp + b * mstride_b + qi[r] * mc.stride(2);
         srow[r] = scores.data() + r * N;
       }
-      const uint16_t* kb = kp + b * kc.stride(0) + kh * kc.stride(1);
-      const uint16_t* vb = vp + b * vc.stride(0) + kh * vc.stride(1);
-      __m512i kt[MAXD / 2];
+      const T* kb = kp + b * kc.stride(0) + kh * kc.stride(1);
+      const T* vb = vp + b * vc.stride(0) + kh * vc.stride(1);
+      __m512i kt[MAXD];
       for (int64_t j0 = 0; j0 < N; j0 += 16) {
         const __mmask16 live = first_lanes(N - j0);
         const int64_t slots = std::min<int64_t>(16, N - j0);
-        for (int64_t h = 0; h < DP / 16; ++h) {     // 16 slots x 16 d-pairs, transposed in registers
+        for (int64_t h = 0; h < U / 16; ++h) {     // 16 slots x 16 units, transposed in registers
           __m512i rows16[16];
           for (int64_t sl = 0; sl < 16; ++sl)
-            rows16[sl] = sl < slots ? _mm512_loadu_si512(kb + (j0 + sl) * kstride + 32 * h) : _mm512_setzero_si512();
+            rows16[sl] = sl < slots ? _mm512_loadu_si512(kb + (j0 + sl) * kstride + 16 * E::PER * h)
+                                    : _mm512_setzero_si512();
           transpose16(rows16);
           for (int64_t i = 0; i < 16; ++i) kt[16 * h + i] = rows16[i];
         }
         for (int64_t rt = 0; rt < rows; rt += RTILE) {
           const int n = static_cast<int>(std::min<int64_t>(RTILE, rows - rt));
           with_rows(n, [&](auto r) {
-            score_tile<decltype(r)::value>(kt, DP, qrow.data() + rt, mrow.data() + rt, srow.data() + rt, j0, live,
-                                           vscale);
+            score_tile<E, decltype(r)::value>(kt, U, qrow.data() + rt, mrow.data() + rt, srow.data() + rt, j0, live,
+                                              vscale);
           });
         }
       }
@@ -715,25 +740,51 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         inv[r] = 1.0f / sum.total();
       }
       // weighted sum: tiles of 8 rows x 2 blocks of 16 values (16 accumulators)
-      std::vector<uint16_t*> orow(rows);
+      std::vector<T*> orow(rows);
       for (int64_t rt = 0; rt < rows; rt += RTILE) {
         const int n = static_cast<int>(std::min<int64_t>(RTILE, rows - rt));
         for (int64_t c = 0; c < DB; c += 2) {
           for (int64_t r = 0; r < n; ++r)
             orow[rt + r] = op + ((b * Q + qi[rt + r]) * H + head[rt + r]) * D + 16 * c;
           with_rows(n, [&](auto r) {
-            value_tile<decltype(r)::value>(srow.data() + rt, inv.data() + rt, vb + 16 * c, vstride, N,
-                                           orow.data() + rt);
+            value_tile<E, decltype(r)::value>(srow.data() + rt, inv.data() + rt, vb + 16 * c, vstride, N,
+                                              orow.data() + rt);
           });
         }
       }
     }
   });
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     double scale) {
+  const auto dt = q.scalar_type();
+  TORCH_CHECK((dt == at::kBFloat16 || dt == at::kFloat) && k.scalar_type() == dt && v.scalar_type() == dt &&
+              q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4,
+              "assistant_kernels::attention: bf16 or fp32 [B, H, Q, D] query and [B, KVH, N, D] keys/values of "
+              "its dtype expected");
+  const int64_t H = q.size(1), Q = q.size(2), D = q.size(3), KVH = k.size(1), N = k.size(2);
+  TORCH_CHECK(D % 32 == 0 && D <= MAXD && H % KVH == 0 && v.size(2) == N && mask.size(2) == Q && mask.size(3) == N,
+              "assistant_kernels::attention: unsupported shapes");
+  const at::Tensor qc = q.stride(3) == 1 ? q : q.contiguous();
+  const at::Tensor kc = k.stride(3) == 1 ? k : k.contiguous();
+  const at::Tensor vc = v.stride(3) == 1 ? v : v.contiguous();
+  const at::Tensor mc = mask.scalar_type() == at::kFloat ? mask.contiguous() : mask.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({q.size(0), Q, H, D}, q.options());
+  if (dt == at::kFloat) {
+    attend<AttnF32>(qc, kc, vc, mc, scale, out);
+    return out;
+  }
+#ifdef ASSISTANT_BF16
+  attend<AttnBf16>(qc, kc, vc, mc, scale, out);
+#else
+  TORCH_CHECK(false, "assistant_kernels::attention: this build (no AVX512-BF16) has no bf16 kernel");
+#endif
   return out;
 }
 #else
 at::Tensor attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
-  TORCH_CHECK(false, "assistant_kernels::attention: this build (no AVX512-BF16) has no bf16 kernel");
+  TORCH_CHECK(false, "assistant_kernels::attention: this build (no AVX512F) has no attention");
 }
 #endif
 

@@ -265,9 +265,13 @@ class CompiledEngine:
                                   "the user cache directory)", None)
                 # only tensor metadata is guarded, and not even that after the build: the artifact's key names
                 # everything the graph depends on, and verify() checks the weight layout it was built for
-                compiled = torch.compile(forward, fullgraph=True, options={
-                    "guard_filter_fn": torch.compiler.keep_portable_guards_unsafe, **self._options()})
-                fn = compiled.aot_compile((example, {}))
+                # Python floats (the attention's scale) stay constants: once a process has compiled another
+                # model's forward (another head size), dynamo would make them dynamic, and a dynamic float
+                # handed to the native attention aborts a full-graph capture (TensorifyScalarRestartAnalysis)
+                with torch._dynamo.config.patch(specialize_float=True):
+                    compiled = torch.compile(forward, fullgraph=True, options={
+                        "guard_filter_fn": torch.compiler.keep_portable_guards_unsafe, **self._options()})
+                    fn = compiled.aot_compile((example, {}))
                 precompile.save(fn, path)
                 fn.disable_guard_check()
             elif self.progress:

@@ -12,9 +12,9 @@ Every divergence must sit below that bound (and below an absolute 1.0 logit).
 import pytest
 import torch
 
+from assistant.runtime import kernels
 from assistant.runtime.bench import first_divergence
 from assistant.runtime.decode import DecodeConfig, run_to_end, speculative_generate
-from assistant.runtime import kernels
 from assistant.runtime.drafters import AdversarialDrafter, OracleDrafter, PromptLookupDrafter
 
 from .prompts import PROMPTS

@@ -518,10 +518,6 @@ inline __mmask16 first_lanes(int64_t n) {   // the first min(n, 16) of 16 lanes
   return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
 }
 
-inline __m512 load_bf16(const uint16_t* p) {   // 16 bf16 -> fp32
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
-
 // r[i] lane j <- r[j] lane i, for 16 x 16 32-bit elements (unpack 32, unpack 64, then two 128-bit lane shuffles).
 inline void transpose16(__m512i r[16]) {
   __m512i t[16], u[16];
@@ -547,14 +543,16 @@ inline void transpose16(__m512i r[16]) {
 }
 
 // The softmax denominator of one query row, summed in 16 lanes by the RANK of each slot among the slots the row
-// sees (its mask above MASKED), not by the slot's place in the window: a tree node's ancestors sit at scattered
-// slots, but in the one-node pass that later reads the same keys they are consecutive; with lanes by rank both
-// add the same terms in the same order, so every row's attention, and so the whole verify pass (the linears and
-// the compiled elementwise code are row-invariant already), gives each node bit for bit what a one-token pass
-// gives it, and speculative decoding in bf16 answers exactly what greedy decoding on this engine answers. A
+// sees (its masked score above MASKED), not by the slot's place in the window: a tree node's ancestors sit at
+// scattered slots, but in the one-node pass that later reads the same keys they are consecutive; with lanes by rank
+// both add the same terms in the same order, so every row's attention, and so the whole verify pass (the linears
+// and the compiled elementwise code are row-invariant already), gives each node bit for bit what a one-token pass
+// gives it, and speculative decoding answers exactly what greedy decoding on this engine answers (bf16, fp32). A
 // block whose 16 slots are all seen while the lanes are aligned is one vector add, as before; only blocks with
 // masked slots (a tree's, a prefill chunk's causal edge) take the compress-and-rotate path.
-constexpr float MASKED = -1e30f;   // an additive mask at or below this hides its slot (the engines use dtype min)
+// A score at or below this is a hidden slot's: the engines' masks add the dtype's min (-3.4e38), a seen slot's
+// score is a scaled dot product, far above it.
+constexpr float MASKED = -1e30f;
 
 struct RankSum {
   __m512 sum = _mm512_setzero_ps(), buf = _mm512_setzero_ps();
@@ -606,7 +604,9 @@ struct AttnF32 {
 struct AttnBf16 {
   using T = uint16_t;
   static constexpr int64_t PER = 2;
-  static __m512 load16(const uint16_t* p) { return load_bf16(p); }
+  static __m512 load16(const uint16_t* p) {     // 16 bf16 -> fp32
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+  }
   static void store32(uint16_t* out, __m512 lo, __m512 hi) {
     _mm256_storeu_si256((__m256i*)out, (__m256i)_mm512_cvtneps_pbh(lo));
     _mm256_storeu_si256((__m256i*)(out + 16), (__m256i)_mm512_cvtneps_pbh(hi));
@@ -733,9 +733,10 @@ void attend(const at::Tensor& qc, const at::Tensor& kc, const at::Tensor& vc, co
         RankSum sum;
         for (int64_t j = 0; j < N; j += 16) {
           const __mmask16 live = first_lanes(N - j);
-          const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + j), m)));
+          const __m512 score = _mm512_maskz_loadu_ps(live, s + j);
+          const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(score, m)));
           _mm512_mask_storeu_ps(s + j, live, e);
-          sum.add(e, live & _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(live, mrow[r] + j), vseen, _CMP_GT_OQ));
+          sum.add(e, _mm512_mask_cmp_ps_mask(live, score, vseen, _CMP_GT_OQ));
         }
         inv[r] = 1.0f / sum.total();
       }

@@ -160,10 +160,7 @@ def _block_form_here() -> bool:
     for AVX512F or AVX2 + FMA, not turned off), read from the CPU flags alone (no torch, no build)."""
     from assistant.runtime import cpuinfo
 
-    if os.environ.get("ASSISTANT_KERNELS", "1") == "0" or os.environ.get("ASSISTANT_BLOCKS", "1") == "0":
-        return False
-    flags = cpuinfo.flags()
-    return "avx512f" in flags or {"avx2", "fma"} <= flags
+    return os.environ.get("ASSISTANT_BLOCKS", "1") != "0" and cpuinfo.kernel_build() is not None
 
 
 def _fixed_terms(shape: ModelShape, budget: int, dtype: str, dev: str, head_rows: int,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from assistant.runtime import cpuinfo, kernels
+from assistant.runtime import budget, cpuinfo, kernels
 from assistant.runtime.layout import _NATIVE, _PACKED, layout_of, native_keys, set_layout
 
 from ..conftest import block_weight, tiny_qwen3
@@ -316,7 +316,7 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
     bit for bit (and a float64 product's to
     rounding); they refuse bf16 (the weights stay oneDNN's) with a one-line error. The AVX512F build's fp32
     attention equals the AVX512-BF16 build's too (the same code); the AVX2 build has none."""
-    if not kernels.ISAS[build][1] <= cpuinfo.flags():
+    if not cpuinfo.KERNEL_BUILDS[build] <= cpuinfo.flags():
         pytest.skip(f"this CPU cannot run the {build} build")
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, ASSISTANT_KERNELS=build, PYTHONPATH=str(root))
@@ -370,6 +370,7 @@ def test_each_cpu_takes_the_best_build_it_runs_or_the_one_asked_for(monkeypatch)
     for flags, want in ((zen4, "avx512bf16"), (server, "avx512"), (laptop, "avx2"), (frozenset({"avx"}), None)):
         monkeypatch.setattr(cpuinfo, "flags", lambda f=flags: f)
         assert kernels.isa() == want
+        assert budget._block_form_here() == (want is not None)      # the budget reads the same table, torch-free
     monkeypatch.setattr(cpuinfo, "flags", lambda: zen4)
     monkeypatch.setenv("ASSISTANT_KERNELS", "avx2")
     assert kernels.isa() == "avx2"

@@ -48,11 +48,10 @@ from assistant.runtime import cpuinfo
 
 SOURCE = Path(__file__).with_name("cpu.cpp")
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
-# build -> (compiler flags, the CPU flags it needs), best first
-ISAS = {"avx512bf16": (("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
-                       {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}),
-        "avx512": (("-mavx512f",), {"avx512f"}),
-        "avx2": (("-mavx2", "-mfma"), {"avx2", "fma"})}
+# build -> its compiler flags (the CPU flags each needs: cpuinfo.KERNEL_BUILDS)
+ISAS = {"avx512bf16": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
+        "avx512": ("-mavx512f",),
+        "avx2": ("-mavx2", "-mfma")}
 
 _state: dict[str, object] = {}
 _FAKE: list = []            # the shape function torch.compile traces the op with, registered once a process
@@ -65,12 +64,7 @@ def _compiler() -> str:
 def isa() -> str | None:
     """The build this CPU takes (see the module contract), or None: turned off, or no build fits this CPU.
     ASSISTANT_KERNELS names one to take instead of the best (where the CPU has its instructions)."""
-    asked = os.environ.get("ASSISTANT_KERNELS", "1")
-    if asked == "0" or not torch.backends.mkldnn.is_available():
-        return None
-    flags = cpuinfo.flags()
-    fits = [name for name, (_, needs) in ISAS.items() if needs <= flags and asked in (name, "1")]
-    return fits[0] if fits else None
+    return cpuinfo.kernel_build() if torch.backends.mkldnn.is_available() else None
 
 
 def library_path(target: str | None = None) -> Path:
@@ -80,7 +74,7 @@ def library_path(target: str | None = None) -> Path:
     target = target or isa() or "avx512bf16"
     h = hashlib.sha256(SOURCE.read_bytes())
     h.update(f"{torch.__version__} {torch._C._GLIBCXX_USE_CXX11_ABI} {sys.version_info[:2]} {FLAGS} "
-             f"{ISAS[target][0]}".encode())
+             f"{ISAS[target]}".encode())
     return cache_dir() / "kernels" / f"cpu-{target}-{h.hexdigest()[:16]}.so"
 
 
@@ -89,7 +83,7 @@ def _build(out: Path, target: str) -> None:
 
     out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    cmd = [_compiler(), *FLAGS, *ISAS[target][0],
+    cmd = [_compiler(), *FLAGS, *ISAS[target],
            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *[f"-I{p}" for p in include_paths()], str(SOURCE), "-o", str(tmp),
            *[f"-L{p}" for p in library_paths()], "-lc10", "-ltorch_cpu"]

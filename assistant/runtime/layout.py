@@ -163,12 +163,17 @@ class _Group:
 
 
 def _packed_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """A packed linear's forward, bound to the module as its `forward` (the name it is found by when dynamo
+    saves a compiled graph's guards: a bound method is pickled as getattr(module, its name))."""
     group, start = self._assistant_group, self._assistant_start
     if group is None:
         y = _packed_op(x, self._assistant_packed, self.out_features)
     else:
         y = group.product(x).narrow(-1, start, self.out_features)
     return y if self.bias is None else y + self.bias
+
+
+_packed_forward.__name__ = "forward"
 
 
 class DedupPackedLinear(CustomGraphPass):

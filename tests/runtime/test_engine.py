@@ -1,6 +1,7 @@
 """assistant.runtime.engine: the compiled static-cache engine decodes exactly what the eager one and generate() do.
 
-Tiny random Qwen3 (untied, GQA 4/2) and Llama (tied embeddings, GQA 4/1) targets, each compiled
+Tiny random Qwen3 (untied, GQA 4/2), Llama (tied embeddings, GQA 4/1) and Qwen2 (biases on q/k/v, as
+Qwen2.5 checkpoints have) targets, each compiled
 once per module (inductor, ~20 s on 2 cores: marked slow). Trees that accept a non-first branch
 check the compaction of a non-prefix path; a root-only tree is padded to two nodes; EOS inside an
 accepted run, cancel, and a cache full at the budget's context stop as greedy would, never with a
@@ -35,6 +36,19 @@ def tiny_llama(seed: int = 5) -> Target:
     return Target(model=model, tokenizer=IdTokenizer(), name="tiny-llama", dtype="fp32", device=torch.device("cpu"))
 
 
+def tiny_qwen2(seed: int = 6) -> Target:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=False, initializer_range=0.2, eos_token_id=2, bos_token_id=1, pad_token_id=0)
+    model = Qwen2ForCausalLM(cfg).eval().requires_grad_(False)
+    model.generation_config.eos_token_id = 2
+    model.generation_config.pad_token_id = 0
+    return Target(model=model, tokenizer=IdTokenizer(), name="tiny-qwen2", dtype="fp32", device=torch.device("cpu"))
+
+
 class SecondBranchOracle:
     """Proposes a wrong branch FIRST and the true continuation second, so the accepted nodes are not
     the first ones of the block: commit must move them."""
@@ -56,9 +70,9 @@ class SecondBranchOracle:
         assert path == [0] or path[1] != 1          # the first branch is never the accepted one
 
 
-@pytest.fixture(scope="module", params=["qwen3", "llama"])
+@pytest.fixture(scope="module", params=["qwen3", "llama", "qwen2"])
 def compiled(request):
-    target = tiny_qwen3(seed=11) if request.param == "qwen3" else tiny_llama()
+    target = {"qwen3": lambda: tiny_qwen3(seed=11), "llama": tiny_llama, "qwen2": tiny_qwen2}[request.param]()
     notes = []
     engine = make_engine(target, "compiled", progress=lambda s, f: notes.append(s))
     assert isinstance(engine, CompiledEngine), notes

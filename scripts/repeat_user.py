@@ -4,7 +4,10 @@ The user first asks 20 questions the shipped head was not trained on (arena-hard
 each answer recorded in a fresh profile (`assistant ask --file`). Then three follow-ups per earlier
 answer: "again", the same question asked again in other words ("I asked you this before, but answer it
 once more: ..."); "quote", a question that quotes the first sentences of the earlier answer and asks for
-more; "same", the very same question in a new conversation (a user coming back to it another day). Both
+more; "same", the very same question in a new conversation (a user coming back to it another day). `--kinds`
+picks others too, each quoting the earlier answer: "recall" (its opening, and the user lost the rest: "write your
+whole answer again"), "detail" (a sentence from its middle: "explain that part in more detail"), "short" (its
+opening: "sum up your whole answer in a few sentences"); "quoting" is every kind asked that quotes. Both
 `assistant bench` runs answer the follow-ups with the default drafter (--dtype, fp32 by default; same engine
 and threads): once with an empty history, once drafting from the profile's past answers too (`--history`). Prints
 tokens per pass of each, per kind and for "again" + "quote" (the 40 questions that are not a plain
@@ -14,7 +17,8 @@ background adapter does once 20 answers are pending), so the second run drafts w
 published; the first run is a fresh user's (the shipped head) either way.
 
 usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
-           [--engine compiled] [--dtype fp32] [--cycle]
+           [--engine compiled] [--dtype fp32] [--cycle] [--kinds again,quote,same]
+           [--target DIR]
 """
 from __future__ import annotations
 
@@ -47,6 +51,27 @@ def _opening(answer: str, chars: int = 240) -> str:
     return out[: chars * 2]
 
 
+def _middle(answer: str) -> str:
+    """A sentence (or line) from the middle of an answer."""
+    parts = [p.strip() for p in re.split(r"(?<=[.!?])\s+|\n+", answer.strip()) if len(p.strip()) > 20]
+    return parts[len(parts) // 2] if parts else answer.strip()[:200]
+
+
+# kind -> the follow-up's prompt from the earlier question and its answer
+FOLLOW_UPS = {
+    "again": lambda q, a: f"I asked you this before, but answer it once more:\n\n{q}",
+    "quote": lambda q, a: (f"Earlier you told me:\n\n\"{_opening(a)}\"\n\nGo on from there: explain the rest of your "
+                           f"answer to \"{q[:200]}\"."),
+    "same": lambda q, a: q,
+    "recall": lambda q, a: (f"Earlier you told me:\n\n\"{_opening(a)}\"\n\nI lost the rest of that answer. Write your "
+                            f"whole answer to \"{q[:200]}\" again."),
+    "detail": lambda q, a: (f"In your answer to \"{q[:200]}\" you wrote:\n\n\"{_middle(a)}\"\n\nExplain that part in "
+                            f"more detail."),
+    "short": lambda q, a: (f"Earlier you told me:\n\n\"{_opening(a)}\"\n\nSum up your whole answer to \"{q[:200]}\" "
+                           f"in a few sentences."),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -57,6 +82,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="fp32", help="fp32: both runs' answers are the same token for token; bf16 "
                                                     "(auto on AVX512-BF16) may round apart where the trees differ")
     ap.add_argument("--cycle", action="store_true", help="one adapter cycle between the two runs")
+    ap.add_argument("--target", default=None, help="the profile's target (default: the product's default)")
+    ap.add_argument("--kinds", default="again,quote,same", help=f"follow-up kinds, in order per earlier answer "
+                                                                  f"(of {', '.join(FOLLOW_UPS)})")
     a = ap.parse_args()
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -71,20 +99,18 @@ def main() -> None:
     (out / "earlier.jsonl").write_text("".join(json.dumps(r) + "\n" for r in earlier), encoding="utf-8")
     print(f"1/3 answering {len(earlier)} earlier questions into a fresh profile", file=sys.stderr)
     subprocess.run(cli + ["profile", "create", "repeat"], env=env, capture_output=True, text=True)
+    if a.target:
+        subprocess.run(cli[:1] + ["-c", "import sys; from assistant.profiles.profile import Profile; "
+                                  "Profile.open('repeat').update_config(target=sys.argv[1])", a.target],
+                       env=env, check=True)
     r = subprocess.run(cli + ["ask", "--file", str(out / "earlier.jsonl"), "--json", "--profile", "repeat",
                               "--max-new-tokens", str(a.tokens)] + common, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"ask failed: {r.stderr.strip().splitlines()[-1:]}")
     answers = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
 
-    follow = []
-    for e, ans in zip(earlier, answers):
-        follow.append({"id": f"again:{e['id']}",
-                       "prompt": f"I asked you this before, but answer it once more:\n\n{e['prompt']}"})
-        follow.append({"id": f"quote:{e['id']}",
-                       "prompt": f"Earlier you told me:\n\n\"{_opening(ans['answer'])}\"\n\nGo on from there: "
-                                 f"explain the rest of your answer to \"{e['prompt'][:200]}\"."})
-        follow.append({"id": f"same:{e['id']}", "prompt": e["prompt"]})
+    follow = [{"id": f"{kind}:{e['id']}", "prompt": FOLLOW_UPS[kind](e["prompt"], ans["answer"])}
+              for e, ans in zip(earlier, answers) for kind in a.kinds.split(",")]
     (out / "followups.jsonl").write_text("".join(json.dumps(r) + "\n" for r in follow), encoding="utf-8")
 
     reports, cycle = {}, None
@@ -106,8 +132,11 @@ def main() -> None:
             sys.exit(f"bench failed: {r.stderr.strip().splitlines()[-1:]}")
         reports[label] = json.loads(path.read_text())
     same = sum(x["tokens"] == y["tokens"] for x, y in zip(reports["empty"]["per_prompt"], reports["history"]["per_prompt"]))
-    kinds = {"again+quote": ("again", "quote"), "again": ("again",), "quote": ("quote",), "same": ("same",),
-             "all": ("again", "quote", "same")}
+    asked = tuple(a.kinds.split(","))
+    quoting = tuple(k for k in asked if k not in ("again", "same"))      # the follow-ups that quote an answer
+    kinds = {name: ks for name, ks in (("again+quote", ("again", "quote")), ("quoting", quoting))
+             if ks and set(ks) <= set(asked)}
+    kinds.update({k: (k,) for k in asked}, all=asked)
     table = {}
     for name, prefixes in kinds.items():
         tpp = {}

@@ -38,6 +38,7 @@ from assistant.adapt.tune import TuneConfig, drafter_meta, held_out_key, tune_tr
 
 HELD_BACK = CycleConfig().anchor_prompts + CycleConfig().rehearsal_prompts   # the adapter's anchor, then rehearsal
 MACHINE_FIELDS = ("sources", "workdir", "out")     # paths of the machine that trained: not in the metadata
+# (a target given as a checkpoint dir is recorded by the dir's name, as the artifact's "target" is)
 
 
 class TrainError(UserError, ValueError):
@@ -183,9 +184,10 @@ def run_pipeline(config: TrainConfig, log=None, tune: TuneConfig | None = None) 
 
     # (e) artifact
     out = Path(config.out) if config.out else work / f"head-{_hash(asdict(config))}.safetensors"
+    named = target.name if config.target != "default" and Path(config.target).is_dir() else config.target
     meta = {"target": target.name, "target_dtype": config.dtype, "hidden_size": hidden, "rows": len(vocab),
             "training_data": describe(config.sources), "answers": len(answers), "answer_tokens": n_tok,
-            "train_config": {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS},
+            "train_config": {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS} | {"target": named},
             "report": {k: v for k, v in report.items() if k != "seconds"},   # a time: never in the artifact
             "parameters": head.parameter_count(), "share_of_target": head.parameter_count() / target.num_parameters}
     write_artifact(out, head, vocab, chain, meta, config.store_dtype, chain_p)

@@ -54,7 +54,8 @@ def test_pipeline_end_to_end_and_resume(tiny_llama_dir, tmp_path):
     assert art.meta["target"] == tiny_llama_dir.name and art.meta["rows"] == len(art.vocab) > 0
     # the data named by file name, hash and range; no path of this machine anywhere in the metadata
     assert art.meta["training_data"] == [{"file": "prompts.jsonl", "sha256": sha256_file(data), "start": 0, "stop": 4}]
-    assert str(tmp_path) not in json.dumps(art.meta)
+    assert str(tmp_path) not in json.dumps(art.meta) and str(tiny_llama_dir) not in json.dumps(art.meta)
+    assert art.meta["train_config"]["target"] == tiny_llama_dir.name        # the checkpoint dir by its name
     assert "date" not in art.meta and "seconds" not in art.meta["report"]   # no time: rebuilds are bit-for-bit
     assert "chain" in art.extra
     # the prompts after the training range ship beside the head: the adapter's anchor and rehearsal

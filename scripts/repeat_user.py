@@ -18,7 +18,7 @@ published; the first run is a fresh user's (the shipped head) either way.
 
 usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
            [--engine compiled] [--dtype fp32] [--cycle] [--kinds again,quote,same]
-           [--target DIR]
+           [--target DIR] [--head HEAD.safetensors]
 """
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ def main() -> None:
                                                     "(auto on AVX512-BF16) may round apart where the trees differ")
     ap.add_argument("--cycle", action="store_true", help="one adapter cycle between the two runs")
     ap.add_argument("--target", default=None, help="the profile's target (default: the product's default)")
+    ap.add_argument("--head", default=None, help="the head both runs draft with (default: the target's shipped one)")
     ap.add_argument("--kinds", default="again,quote,same", help=f"follow-up kinds, in order per earlier answer "
                                                                   f"(of {', '.join(FOLLOW_UPS)})")
     a = ap.parse_args()
@@ -127,7 +128,8 @@ def main() -> None:
         path = out / f"{label}.json"
         r = subprocess.run(cli + ["bench", "--dataset", str(out / "followups.jsonl"), "--methods", "phrase",
                                   "--profile", "repeat", "--max-new-tokens", str(a.tokens), "--json", str(path)]
-                           + common + extra, env=env, capture_output=True, text=True)
+                           + common + extra + (["--head", a.head] if a.head else []), env=env, capture_output=True,
+                           text=True)
         if r.returncode != 0:
             sys.exit(f"bench failed: {r.stderr.strip().splitlines()[-1:]}")
         reports[label] = json.loads(path.read_text())

@@ -1,8 +1,8 @@
 """A user who comes back to their own earlier material: tokens per pass with and without their history.
 
-The user first asks 20 questions the shipped head was not trained on (arena-hard 400-409, vicuna 0-9),
-each answer recorded in a fresh profile (`assistant ask --file`). Then three follow-ups per earlier
-answer: "again", the same question asked again in other words ("I asked you this before, but answer it
+The user first asks 20 questions the shipped head was not trained on (arena-hard 400-409, vicuna 0-9; --offset K
+takes 400+K.. and K..), each answer recorded in a fresh profile (`assistant ask --file`). Then three follow-ups
+per earlier answer: "again", the same question asked again in other words ("I asked you this before, but answer it
 once more: ..."); "quote", a question that quotes the first sentences of the earlier answer and asks for
 more; "same", the very same question in a new conversation (a user coming back to it another day). `--kinds`
 picks others too, each quoting the earlier answer: "recall" (its opening, and the user lost the rest: "write your
@@ -18,7 +18,7 @@ published; the first run is a fresh user's (the shipped head) either way.
 
 usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
            [--engine compiled] [--dtype fp32] [--cycle] [--kinds again,quote,same]
-           [--target DIR] [--head HEAD.safetensors]
+           [--target DIR] [--head HEAD.safetensors] [--offset 0]
 """
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="fp32", help="fp32: both runs' answers are the same token for token; bf16 "
                                                     "(auto on AVX512-BF16) may round apart where the trees differ")
     ap.add_argument("--cycle", action="store_true", help="one adapter cycle between the two runs")
+    ap.add_argument("--offset", type=int, default=0, help="take the earlier questions this many lines further on in "
+                                                          "each file (another sample of the same held-back sets)")
     ap.add_argument("--target", default=None, help="the profile's target (default: the product's default)")
     ap.add_argument("--head", default=None, help="the head both runs draft with (default: the target's shipped one)")
     ap.add_argument("--kinds", default="again,quote,same", help=f"follow-up kinds, in order per earlier answer "
@@ -95,6 +97,7 @@ def main() -> None:
 
     earlier = []
     for name, lo, hi in EARLIER:
+        lo, hi = lo + a.offset, hi + a.offset
         lines = open(Path(a.data) / name, encoding="utf-8").read().splitlines()
         earlier += [{"id": f"{name}:{i}", "prompt": _prompt(json.loads(lines[i]))} for i in range(lo, hi)]
     (out / "earlier.jsonl").write_text("".join(json.dumps(r) + "\n" for r in earlier), encoding="utf-8")

@@ -23,30 +23,22 @@ from .test_decode_tiny import hf_greedy, prompts, random_phrase_drafter
 pytestmark = pytest.mark.slow
 
 
-def tiny_llama(seed: int = 5) -> Target:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny_family(family: str, seed: int) -> Target:
+    """A tiny random target of a transformers family: "Llama" (tied embeddings, GQA 4/1) or "Qwen2" (q/k/v biases,
+    untied, GQA 4/2)."""
+    import transformers
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=512,
-                      tie_word_embeddings=True, initializer_range=0.2, eos_token_id=2, bos_token_id=1, pad_token_id=0)
-    model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    tied = family == "Llama"
+    cfg = getattr(transformers, f"{family}Config")(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1 if tied else 2, max_position_embeddings=512, tie_word_embeddings=tied,
+        initializer_range=0.2, eos_token_id=2, bos_token_id=1, pad_token_id=0)
+    model = getattr(transformers, f"{family}ForCausalLM")(cfg).eval().requires_grad_(False)
     model.generation_config.eos_token_id = 2
     model.generation_config.pad_token_id = 0
-    return Target(model=model, tokenizer=IdTokenizer(), name="tiny-llama", dtype="fp32", device=torch.device("cpu"))
-
-
-def tiny_qwen2(seed: int = 6) -> Target:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      tie_word_embeddings=False, initializer_range=0.2, eos_token_id=2, bos_token_id=1, pad_token_id=0)
-    model = Qwen2ForCausalLM(cfg).eval().requires_grad_(False)
-    model.generation_config.eos_token_id = 2
-    model.generation_config.pad_token_id = 0
-    return Target(model=model, tokenizer=IdTokenizer(), name="tiny-qwen2", dtype="fp32", device=torch.device("cpu"))
+    return Target(model=model, tokenizer=IdTokenizer(), name=f"tiny-{family.lower()}", dtype="fp32",
+                  device=torch.device("cpu"))
 
 
 class SecondBranchOracle:
@@ -72,7 +64,7 @@ class SecondBranchOracle:
 
 @pytest.fixture(scope="module", params=["qwen3", "llama", "qwen2"])
 def compiled(request):
-    target = {"qwen3": lambda: tiny_qwen3(seed=11), "llama": tiny_llama, "qwen2": tiny_qwen2}[request.param]()
+    target = tiny_qwen3(seed=11) if request.param == "qwen3" else tiny_family(request.param.capitalize(), seed=5)
     notes = []
     engine = make_engine(target, "compiled", progress=lambda s, f: notes.append(s))
     assert isinstance(engine, CompiledEngine), notes

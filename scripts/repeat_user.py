@@ -85,10 +85,13 @@ def main() -> None:
     ap.add_argument("--offset", type=int, default=0, help="take the earlier questions this many lines further on in "
                                                           "each file (another sample of the same held-back sets)")
     ap.add_argument("--target", default=None, help="the profile's target (default: the product's default)")
-    ap.add_argument("--head", default=None, help="the head both runs draft with (default: the target's shipped one)")
+    ap.add_argument("--head", default=None, help="the head both runs draft with (default: the target's shipped one; "
+                                                          "it overrides the head a --cycle publishes)")
     ap.add_argument("--kinds", default="again,quote,same", help=f"follow-up kinds, in order per earlier answer "
                                                                   f"(of {', '.join(FOLLOW_UPS)})")
     a = ap.parse_args()
+    if unknown := set(a.kinds.split(",")) - FOLLOW_UPS.keys():
+        ap.error(f"unknown follow-up kinds: {', '.join(sorted(unknown))} (of {', '.join(FOLLOW_UPS)})")
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ASSISTANT_HOME=str(out / "home"))

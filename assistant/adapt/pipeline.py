@@ -35,6 +35,7 @@ from pathlib import Path
 from assistant.adapt.config import CycleConfig
 from assistant.errors import UserError
 from assistant.adapt.tune import TuneConfig, drafter_meta, held_out_key, tune_tree_shape
+from assistant.runtime.fetch import DEFAULT_ALIASES
 
 HELD_BACK = CycleConfig().anchor_prompts + CycleConfig().rehearsal_prompts   # the adapter's anchor, then rehearsal
 MACHINE_FIELDS = ("sources", "workdir", "out")     # paths of the machine that trained: not in the metadata
@@ -184,7 +185,7 @@ def run_pipeline(config: TrainConfig, log=None, tune: TuneConfig | None = None) 
 
     # (e) artifact
     out = Path(config.out) if config.out else work / f"head-{_hash(asdict(config))}.safetensors"
-    named = target.name if config.target != "default" and Path(config.target).is_dir() else config.target
+    named = config.target if config.target.lower() in DEFAULT_ALIASES else target.name    # load_target's naming
     meta = {"target": target.name, "target_dtype": config.dtype, "hidden_size": hidden, "rows": len(vocab),
             "training_data": describe(config.sources), "answers": len(answers), "answer_tokens": n_tok,
             "train_config": {k: v for k, v in asdict(config).items() if k not in MACHINE_FIELDS} | {"target": named},

@@ -160,7 +160,7 @@ def _block_form_here() -> bool:
     for AVX512F or AVX2 + FMA, not turned off), read from the CPU flags alone (no torch, no build)."""
     from assistant.runtime import cpuinfo
 
-    return os.environ.get("ASSISTANT_BLOCKS", "1") != "0" and cpuinfo.kernel_build() is not None
+    return cpuinfo.blocks_enabled() and cpuinfo.kernel_build() is not None
 
 
 def _fixed_terms(shape: ModelShape, budget: int, dtype: str, dev: str, head_rows: int,

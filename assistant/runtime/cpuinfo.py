@@ -4,7 +4,8 @@ forwards' cache key and the bench's machine line depend on. No torch here: the b
 Contract: `flags(path)` is the set of words on the first "flags" line of `path` (/proc/cpuinfo), empty
 where there is none or it cannot be read (not Linux). `KERNEL_BUILDS` maps each build of the native kernels
 (assistant.runtime.kernels), best first, to the flags it needs; `kernel_build()` names the one this CPU takes,
-or None (ASSISTANT_KERNELS=0, or none fits; ASSISTANT_KERNELS=<build> takes that one where the CPU has it).
+or None (ASSISTANT_KERNELS=0, or none fits; ASSISTANT_KERNELS=<build> takes that one where the CPU has it);
+`blocks_enabled()` says whether fp32 weights may run in the kernels' block form (off with ASSISTANT_BLOCKS=0).
 """
 from __future__ import annotations
 
@@ -37,3 +38,7 @@ def kernel_build() -> str | None:
     have = flags()
     fits = [name for name, needs in KERNEL_BUILDS.items() if needs <= have and asked in (name, "1")]
     return fits[0] if fits else None
+
+
+def blocks_enabled() -> bool:
+    return os.environ.get("ASSISTANT_BLOCKS", "1") != "0"

@@ -162,7 +162,7 @@ def problem() -> str | None:
 def blocks_enabled() -> bool:
     """fp32 weights that have the block form (assistant.runtime.kernels.blocks) run in it, unless
     ASSISTANT_BLOCKS=0 (never builds)."""
-    return os.environ.get("ASSISTANT_BLOCKS", "1") != "0"
+    return cpuinfo.blocks_enabled()
 
 
 def usable(w: torch.Tensor) -> bool:

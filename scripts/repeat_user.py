@@ -14,7 +14,7 @@ tokens per pass of each, per kind and for "again" + "quote" (the 40 questions th
 repeat), the gain, and whether every answer is token for token the same in both runs. With --cycle the
 adapter runs one cycle on the 20 earlier answers between the two runs (`assistant adapt --once`: what the
 background adapter does once 20 answers are pending), so the second run drafts with whatever head it
-published; the first run is a fresh user's (the shipped head) either way.
+published; the first run is a fresh user's (the shipped head, or --head) either way.
 
 usage: python scripts/repeat_user.py OUT_DIR [--data ../shared/data] [--tokens 128] [--threads 1]
            [--engine compiled] [--dtype fp32] [--cycle] [--kinds again,quote,same]
@@ -85,8 +85,8 @@ def main() -> None:
     ap.add_argument("--offset", type=int, default=0, help="take the earlier questions this many lines further on in "
                                                           "each file (another sample of the same held-back sets)")
     ap.add_argument("--target", default=None, help="the profile's target (default: the product's default)")
-    ap.add_argument("--head", default=None, help="the head both runs draft with (default: the target's shipped one; "
-                                                          "it overrides the head a --cycle publishes)")
+    ap.add_argument("--head", default=None, help="the head the fresh profile starts with, as its first version "
+                                                 "(default: the target's shipped one); --cycle adapts from it")
     ap.add_argument("--kinds", default="again,quote,same", help=f"follow-up kinds, in order per earlier answer "
                                                                   f"(of {', '.join(FOLLOW_UPS)})")
     a = ap.parse_args()
@@ -109,6 +109,10 @@ def main() -> None:
     if a.target:
         subprocess.run(cli[:1] + ["-c", "import sys; from assistant.profiles.profile import Profile; "
                                   "Profile.open('repeat').update_config(target=sys.argv[1])", a.target],
+                       env=env, check=True)
+    if a.head:
+        subprocess.run(cli[:1] + ["-c", "import sys; from assistant.profiles.profile import Profile; "
+                                  "Profile.open('repeat').heads.publish(sys.argv[1])", str(Path(a.head).resolve())],
                        env=env, check=True)
     r = subprocess.run(cli + ["ask", "--file", str(out / "earlier.jsonl"), "--json", "--profile", "repeat",
                               "--max-new-tokens", str(a.tokens)] + common, env=env, capture_output=True, text=True)
@@ -134,8 +138,7 @@ def main() -> None:
         path = out / f"{label}.json"
         r = subprocess.run(cli + ["bench", "--dataset", str(out / "followups.jsonl"), "--methods", "phrase",
                                   "--profile", "repeat", "--max-new-tokens", str(a.tokens), "--json", str(path)]
-                           + common + extra + (["--head", a.head] if a.head else []), env=env, capture_output=True,
-                           text=True)
+                           + common + extra, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"bench failed: {r.stderr.strip().splitlines()[-1:]}")
         reports[label] = json.loads(path.read_text())

@@ -31,7 +31,7 @@ unless --costs names a cost-model cache file; reports written before the bench r
 
 usage: python scripts/replay_bench.py REPORT.json [--costs <cache>/costmodel/<model>-...-compiled-<tag>.json]
            [--method phrase] [--data ../shared/data] [--oracle | --ceiling] [--profile NAME] [--head PATH]
-           [--history]
+           [--history] [--target DIR]
 """
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ def main() -> None:
                                                     "draft")
     ap.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
     ap.add_argument("--history", action="store_true", help="also draft from the profile's past answers")
+    ap.add_argument("--target", default=None, help="the report's target, where it is a checkpoint dir (the report "
+                                                   "records only its name)")
     a = ap.parse_args()
 
     import torch
@@ -83,7 +85,7 @@ def main() -> None:
     prompts = {str(p["id"]): p["prompt"] for p in read_prompts(data)[0]}
     rows = [r for r in report["per_prompt"] if r["method"] == a.method]
     torch.set_num_threads(1)
-    target = load_target(report.get("target", "default"), report.get("dtype", "fp32"), "cpu")
+    target = load_target(a.target or report.get("target", "default"), report.get("dtype", "fp32"), "cpu")
     answers = []
     for r in rows:
         ids = target.encode_chat([{"role": "user", "content": prompts[str(r["id"])]}])
@@ -92,7 +94,6 @@ def main() -> None:
         answers.append(Answer(str(r["id"]), ids, r["tokens"]))
     feats = collect_features(target, answers, (-1,), batch_size=4, progress=lambda *_: None)
 
-    a.target = None
     _, head = resolve_target_head(a)
     index = history_index(a, target)
     drafter, info = build_drafter(target, head, history=index)

@@ -46,6 +46,13 @@ def continuations(arr: np.ndarray, context: Sequence[int], length: int, matches:
     """See the module contract. `starts`: the match places of the context's last `min_match` tokens when
     an index already knows them (any order, checked here), instead of scanning `arr`. `agree`: among
     equal matches, the continuation most places agree on first (else the newest)."""
+    return [(m, c) for m, c, _ in continuations_at(arr, context, length, matches, min_match, starts, agree)]
+
+
+def continuations_at(arr: np.ndarray, context: Sequence[int], length: int, matches: int,
+                     min_match: int, starts: np.ndarray | None = None, agree: bool = False
+                     ) -> list[tuple[int, list[int], int]]:
+    """`continuations`, each with the index in `arr` where its continuation starts."""
     n = min_match
     if n < 1 or len(context) < n or arr.size <= n or length < 1 or matches < 1:
         return []
@@ -89,6 +96,6 @@ def continuations(arr: np.ndarray, context: Sequence[int], length: int, matches:
             if c and c not in best:
                 best[c] = (-level, *(-votes[c[:d]] for d in range(1, min(len(c), AGREE_DEPTH) + 1) if agree), i)
     ranked = sorted(best, key=best.get)[:matches]
-    return [(-best[c][0], list(c)) for c in ranked]
+    return [(-best[c][0], list(c), int(starts[best[c][-1]]) + n) for c in ranked]
 
-__all__ = ["MAX_MATCH", "SEP", "continuations", "match_starts"]
+__all__ = ["MAX_MATCH", "SEP", "continuations", "continuations_at", "match_starts"]

@@ -83,3 +83,39 @@ def test_an_index_of_texts_is_the_index_of_their_tokens_without_special_ones():
 
     idx = AnswerIndex.from_texts(["ab", "cd"], Tok(), max_tokens=4)
     assert idx._arr.tolist() == AnswerIndex.from_answers([[97, 98], [99, 100]], max_tokens=4)._arr.tolist() == [99, 100, -1]
+
+
+def test_near_stays_in_one_answer_longest_match_then_nearest():
+    idx = AnswerIndex.from_answers([[5, 1, 2, 3], [1, 7, 8, 1, 9, 10, 11, 1, 12]])
+    first = 5                                         # the second answer starts after [5 1 2 3 SEP]
+    # 1 is at three places of the second answer; nearest to `center` first; the first answer never
+    assert [c for _, c, _ in idx.near([4, 1], first + 7, length=2, matches=3)] == [[12], [9, 10], [7, 8]]
+    assert [c for _, c, _ in idx.near([4, 1], first, length=2, matches=1)] == [[7, 8]]
+    # a longer match beats a nearer one
+    assert idx.near([8, 1], first + 7, length=2, matches=1)[0][:2] == (2, [9, 10])
+    assert idx.near([4, 1], 4, length=2) == []        # a separator is no answer
+
+
+def test_related_is_the_answer_the_prompt_quotes():
+    a = [[10, 11, 12, 13, 14, 15], [20, 21, 22, 23, 24, 25, 26], [30, 31, 32, 33]]
+    idx = AnswerIndex.from_answers(a)
+    prompt = [1, 2, 21, 22, 23, 24, 25, 3, 4]         # quotes the second answer: 3 runs of 3
+    assert idx.related(prompt, min_shared=3) == 7 and idx.related(prompt) is None
+    assert idx.related([1, 2, 3, 4]) is None
+
+
+def test_history_drafter_picks_up_the_answer_it_followed():
+    # two past answers; the current text followed the first, left it for a word, and comes back with a
+    # 1-token match (token 9), which the newest answer also has: the followed answer's place comes first
+    followed = [40, 41, 42, 43, 9, 50, 51, 52]
+    newer = [60, 9, 70, 71, 72]
+    d = HistoryDrafter(AnswerIndex.from_answers([followed, newer]))
+    ctx = [1, 40, 41, 42]
+    assert d.propose(DraftContext(ids=ctx, root=42, features=None, max_nodes=8))[0] == [43, 9, 50, 51, 52]
+    ctx = ctx + [43, 99, 9]                            # 99: the text's own word; then 9 again
+    drafts = d.propose(DraftContext(ids=ctx, root=9, features=None, max_nodes=8))
+    assert drafts[0] == [50, 51, 52] and drafts[0].key == ("near", 1)
+    assert [70, 71, 72] in drafts and drafts[drafts.index([70, 71, 72])].key == ("history", 1)
+    # another context (a new answer) does not follow the old one
+    other = [7] * 20 + [9]
+    assert [c.key[0] for c in d.propose(DraftContext(ids=other, root=9, features=None, max_nodes=8))] == ["history"] * 2

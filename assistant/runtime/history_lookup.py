@@ -12,7 +12,8 @@ continuations of at most `length` tokens of the places that end like the context
 context's last 3 tokens first, then its last 2 or last 1 while fewer were found (one key range each);
 `matches_at` gives each one's place too. `related(context)` is the start of the past answer that shares
 the most 3-token runs with a prompt (asked again, or quoted), `near(context, center)` the continuations
-of the places of one answer that end in the context's last token, nearest `center` first.
+of the places of one answer that end like the context, longest match first, then nearest `center`;
+`answer_span(place)` the answer holding a place.
 `HistoryDrafter(index)` is that lookup as a drafter (assistant.runtime.drafters' contract): it proposes
 on a match of `min_match` tokens or more (1 by default, as the in-context lookup), and the ranking
 (assistant.runtime.ranking) values each draft by how often matches of its length were accepted, so a
@@ -195,7 +196,7 @@ class AnswerIndex:
         arr = self._arr
         if not context or not 0 <= center < arr.size or arr[center] == SEP:
             return []
-        lo, hi = self._answer_span(center)
+        lo, hi = self.answer_span(center)
         starts = np.flatnonzero(arr[lo: hi - 1] == int(context[-1])) + lo
         found = continuations_at(arr, context, length, NEWEST, 1, starts)
         found.sort(key=lambda x: (-x[0], abs(x[2] - center)))
@@ -224,7 +225,7 @@ class AnswerIndex:
             return None
         return int(seps[a - 1]) + 1 if a else 0
 
-    def _answer_span(self, place: int) -> tuple[int, int]:
+    def answer_span(self, place: int) -> tuple[int, int]:
         """[first, end) of the answer holding `place` (end: its separator)."""
         seps = self._seps
         k = int(np.searchsorted(seps, place))
@@ -267,7 +268,7 @@ class HistoryDrafter:
         if self._anchor is not None:
             at, n, tail = self._anchor
             if len(ids) >= n and tuple(ids[n - len(tail): n]) == tail:
-                return min(at + len(ids) - n, self.index._answer_span(at)[1] - 1) if at >= 0 else None
+                return min(at + len(ids) - n, self.index.answer_span(at)[1] - 1) if at >= 0 else None
         at = self.index.related(ids)
         self._anchor = (-1 if at is None else at, len(ids), tuple(ids[-TAIL:]))
         return at

@@ -15,6 +15,10 @@ It also prints tokens per unit of verify cost (sum over passes of cost(width) / 
 table) and, with --oracle, the ceiling of the ranking: the same candidates and widths, but the nodes on
 the target's path taken first (what a perfect value of each node would bank).
 
+With --calibration it also prints how well the ranking's values held: per source, key kind and depth (1, 2-5,
+6-10, 11+), how many verified nodes, how often accepted and their mean value (a ratio under 1: valued above what
+they bank; the values steer both the ranking and the width).
+
 With --ceiling it prints instead what the sources hold, before any ranking or width: at every position of
 every answer, the longest run of the target's own continuation (up to the cap - 1 tokens) that any candidate of a
 source proposes; then tokens per pass if every pass took that run, for all sources and for all but each one
@@ -30,7 +34,7 @@ The verify costs are the report's own (`config.verify_costs`: the table the live
 unless --costs names a cost-model cache file; reports written before the bench recorded them need --costs.
 
 usage: python scripts/replay_bench.py REPORT.json [--costs <cache>/costmodel/<model>-...-compiled-<tag>.json]
-           [--method phrase] [--data ../shared/data] [--oracle | --ceiling] [--profile NAME] [--head PATH]
+           [--method phrase] [--data ../shared/data] [--oracle | --ceiling] [--calibration] [--profile NAME] [--head PATH]
            [--history] [--target DIR]
 """
 from __future__ import annotations
@@ -50,6 +54,8 @@ def main() -> None:
     ap.add_argument("--data", default=None, help="folder holding the report's data set, if not at its path")
     ap.add_argument("--oracle", action="store_true", help="take the nodes on the target's path first")
     ap.add_argument("--ceiling", action="store_true", help="what the sources hold, before ranking and width")
+    ap.add_argument("--calibration", action="store_true", help="the values of the verified nodes against how often "
+                                                               "they were accepted")
     ap.add_argument("--profile", default=None, help="profile whose current head (and, with --history, past answers) "
                                                     "draft")
     ap.add_argument("--head", default=None, help="head artifact (default: the profile's current head, else shipped)")
@@ -112,6 +118,7 @@ def main() -> None:
     used: list[int] = []
     pick = width.next_width
     width.next_width = lambda *x, **k: used.append(pick(*x, **k)) or used[-1]
+    held = _watch_calibration(drafter) if a.calibration else None
     res = simulate_decode(drafter, answers, feats, max_nodes=width.cap, width=width, history=index)
     drafted = res["tokens"] - len(answers)          # the first token of each answer comes from the prefill
     print(json.dumps({"drafter": info["drafter"], "head": Path(head).parent.name if head else "shipped",
@@ -119,7 +126,39 @@ def main() -> None:
                       "replay_tokens_per_pass": res["tokens_per_pass"], "oracle_ranking": a.oracle,
                       "tokens_per_verify_cost": drafted / (sum(costs[w] for w in used) / costs[1]),
                       "mean_width": res["mean_width"], "banked_by_source": dict(getattr(drafter, "banked", {})),
-                      "accepted_histogram": res["hist"]}, indent=1))
+                      "accepted_histogram": res["hist"],
+                      **({"calibration": _calibration_table(held)} if held is not None else {})}, indent=1))
+
+
+def _depths(depth: int) -> str:
+    return "1" if depth == 1 else "2-5" if depth <= 5 else "6-10" if depth <= 10 else "11+"
+
+
+def _watch_calibration(drafter) -> dict:
+    """Count, per (source, key kind[, match], depth bucket), the verified nodes, the accepted ones and their values."""
+    held: dict = {}
+    calibrate = drafter.calibrate
+
+    def watched(tree, path):
+        origin = calibrate(tree, path)
+        accepted = set(path)
+        for i, o in enumerate(origin):
+            if o is None:
+                continue
+            kind = o.key if isinstance(o.key, tuple) else (o.key,)
+            key = (drafter.names[o.source],) + tuple(str(k) for k in kind[:2] if k != "phrase") + (_depths(o.depth),)
+            c = held.setdefault(key, [0, 0, 0.0])
+            c[0], c[1], c[2] = c[0] + 1, c[1] + (i in accepted), c[2] + o.value
+        return origin
+
+    drafter.calibrate = watched
+    return held
+
+
+def _calibration_table(held: dict, least: int = 30) -> list[dict]:
+    rows = [{"node": " ".join(k), "verified": n, "accepted": round(a / n, 3), "value": round(v / n, 3),
+             "ratio": round(a / v, 2) if v else None} for k, (n, a, v) in held.items() if n >= least]
+    return sorted(rows, key=lambda r: -r["verified"])
 
 
 def _ceiling(drafter, answers, feats, cap: int, index) -> dict:

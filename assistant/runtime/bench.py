@@ -276,7 +276,7 @@ def cpu_flags() -> str:
 
 
 def native_build(target) -> str:
-    """Which build of the native kernels ran greedy and phrase (assistant.runtime.kernels): "avx512bf16",
+    """Which build of the native kernels ran greedy and phrase (assistant.runtime.kernels): "amx", "avx512bf16",
     "avx512", "avx2" (with how many of the target's packed weights ran in block form, if any), or "none (why)"
     on a CPU where oneDNN ran them; "n/a" off the CPU."""
     from assistant.runtime import kernels

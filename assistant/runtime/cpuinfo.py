@@ -13,6 +13,7 @@ import functools
 import os
 
 KERNEL_BUILDS: dict[str, frozenset[str]] = {
+    "amx": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"}),
     "avx512bf16": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}),
     "avx512": frozenset({"avx512f"}),
     "avx2": frozenset({"avx2", "fma"}),

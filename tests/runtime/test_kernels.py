@@ -53,6 +53,23 @@ def test_fp32_linear_matches_a_float64_product(n, k, m):
     torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-5 * k ** 0.5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n,k", [(64, 576), (48, 66)])
+def test_each_row_of_a_product_is_what_that_row_alone_gives(n, k, dtype):
+    """Row invariance (what makes a verify pass give every node exactly what a one-token pass gives it): the
+    rows of an m-row product equal, bit for bit, the products of each row alone, at every row count, in the
+    vector loops and (the amx build, K % 32 == 0) the AMX tiles."""
+    if not kernels.load() or (dtype == torch.bfloat16 and not kernels.bf16()):
+        pytest.skip(f"no native {dtype} linear here: {kernels.problem() or kernels.running()}")
+    g = torch.Generator().manual_seed(n + k)
+    w = (torch.randn(n, k, generator=g) * 0.1).to(dtype)
+    x = torch.randn(40, k, generator=g).to(dtype)
+    wp = torch.ops.assistant_kernels.pack(w)
+    alone = torch.cat([torch.ops.assistant_kernels.linear_packed(x[i:i + 1], wp, n) for i in range(40)])
+    for m in (2, 3, 4, 8, 9, 16, 17, 40):
+        assert torch.equal(torch.ops.assistant_kernels.linear_packed(x[:m], wp, n), alone[:m]), m
+
+
 @native
 def test_leading_dims_and_strided_input():
     w = (torch.randn(32, 64) * 0.1).to(torch.bfloat16)
@@ -331,7 +348,7 @@ def test_fp32_only_builds_equal_the_avx512bf16_build_bit_for_bit(build, tmp_path
                                                          else "(no AVX512F) has no attention"]
     assert len(got["errors"]) == 2 and all(want in e for want, e in zip(refusals, got["errors"]))
     ys = load_file(out)
-    same_build = kernels.load() and kernels.running() == "avx512bf16"
+    same_build = kernels.load() and kernels.running() in kernels.BF16_BUILDS     # the same fp32 code
     assert ("attention" in ys) == (build == "avx512")
     if "attention" in ys and same_build:
         g = torch.Generator().manual_seed(5)
@@ -366,8 +383,10 @@ def test_each_cpu_takes_the_best_build_it_runs_or_the_one_asked_for(monkeypatch)
     laptop = frozenset({"sse4_2", "avx", "avx2", "fma"})
     server = laptop | {"avx512f", "avx512bw", "avx512vl"}
     zen4 = server | {"avx512_bf16"}
+    xeon = zen4 | {"amx_tile", "amx_bf16", "amx_int8"}
     monkeypatch.delenv("ASSISTANT_KERNELS", raising=False)
-    for flags, want in ((zen4, "avx512bf16"), (server, "avx512"), (laptop, "avx2"), (frozenset({"avx"}), None)):
+    for flags, want in ((xeon, "amx"), (zen4, "avx512bf16"), (server, "avx512"), (laptop, "avx2"),
+                        (frozenset({"avx"}), None)):
         monkeypatch.setattr(cpuinfo, "flags", lambda f=flags: f)
         assert kernels.isa() == want
         assert budget._block_form_here() == (want is not None)      # the budget reads the same table, torch-free

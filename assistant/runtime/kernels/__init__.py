@@ -4,11 +4,11 @@ Contract: `load(progress)` returns True once `torch.ops.assistant_kernels` (cpu.
 building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once per machine, torch version and
 `isa()`, into the user cache directory), or False where it cannot run: neither AVX512 nor AVX2 + FMA, no
 compiler, a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead).
-`isa()` names the build this CPU takes, without building: "avx512bf16" (every op, both dtypes), else the fp32
-linear, "avx512" (AVX512F: many cloud servers' CPUs; with the fp32 attention) or "avx2" (AVX2 + FMA: most laptops'
-CPUs; the linear alone), where
-oneDNN ran the fp32 passes before; ASSISTANT_KERNELS=avx512|avx2 takes that build on a CPU that has more, as
-the tests do. `loaded()` says whether it ran, `running()` which build, `bf16()` whether it
+`isa()` names the build this CPU takes, without building: "amx" (Xeons since Sapphire Rapids: the avx512bf16
+build whose bf16 linear runs on AMX tiles; a compiler without AMX builds avx512bf16 instead), "avx512bf16" (every
+op, both dtypes), else the fp32 linear, "avx512" (AVX512F: many cloud servers' CPUs; with the fp32 attention) or
+"avx2" (AVX2 + FMA: most laptops' CPUs; the linear alone), where oneDNN ran the fp32 passes before;
+ASSISTANT_KERNELS=avx512bf16|avx512|avx2 takes that build on a CPU that has more, as the tests do. `loaded()` says whether it ran, `running()` which build, `bf16()` whether it
 has the bf16 ops (these never build). The ops:
 - `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
   `pack`, bf16 as [N/16, K/2, 16, 2] and fp32 as [N/16, K, 16], `unpack` gives it back exactly), the packed
@@ -49,10 +49,12 @@ from assistant.runtime import cpuinfo
 SOURCE = Path(__file__).with_name("cpu.cpp")
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
 # build -> its compiler flags (the CPU flags each needs: cpuinfo.KERNEL_BUILDS)
-ISAS = {"avx512bf16": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
+ISAS = {"amx": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"),
+        "avx512bf16": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16"),
         "avx512": ("-mavx512f",),
         "avx2": ("-mavx2", "-mfma")}
 
+BF16_BUILDS = ("amx", "avx512bf16")   # the builds with the bf16 ops
 _state: dict[str, object] = {}
 _FAKE: list = []            # the shape function torch.compile traces the op with, registered once a process
 
@@ -109,16 +111,19 @@ def load(progress: Callable[[str, float | None], None] | None = None) -> bool:
                else f"this CPU cannot run the {asked} build" if asked in ISAS
                else "this CPU has neither AVX512 nor AVX2 with FMA")
     else:
-        try:
-            path = library_path(target)
-            if not path.is_file():
-                if progress:
-                    progress("building the native kernels (once per machine, ~10 s)", None)
-                _build(path, target)
-            torch.ops.load_library(str(path))
-            ok = True
-        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-            why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        # a compiler too old for AMX (GCC < 11) still builds the AVX512-BF16 kernels
+        for target in (target, "avx512bf16") if target == "amx" and asked != "amx" else (target,):
+            try:
+                path = library_path(target)
+                if not path.is_file():
+                    if progress:
+                        progress("building the native kernels (once per machine, ~10 s)", None)
+                    _build(path, target)
+                torch.ops.load_library(str(path))
+                ok, why = True, None
+                break
+            except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+                why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
     if ok and not _FAKE:
         @torch.library.register_fake("assistant_kernels::linear")
         def _(x: torch.Tensor, key: int, n: int) -> torch.Tensor:
@@ -139,19 +144,19 @@ def loaded() -> bool:
 
 
 def running() -> str | None:
-    """The build loaded in this process ("avx512bf16", "avx512", "avx2"), or None; never builds."""
+    """The build loaded in this process ("amx", "avx512bf16", "avx512", "avx2"), or None; never builds."""
     return _state.get("isa")  # type: ignore[return-value]
 
 
 def bf16() -> bool:
     """The loaded build has the bf16 ops (the linear's bf16 path and the attention); never builds."""
-    return running() == "avx512bf16"
+    return running() in BF16_BUILDS
 
 
 def attention(dtype: torch.dtype) -> bool:
-    """The loaded build has the attention in `dtype`: bf16 in the AVX512-BF16 build, fp32 in every AVX512F build
+    """The loaded build has the attention in `dtype`: bf16 in the AVX512-BF16 builds, fp32 in every AVX512F build
     (the AVX2 build has none); never builds."""
-    return (dtype == torch.bfloat16 and bf16()) or (dtype == torch.float32 and running() in ("avx512bf16", "avx512"))
+    return (dtype == torch.bfloat16 and bf16()) or (dtype == torch.float32 and running() in ("amx", "avx512bf16", "avx512"))
 
 
 def problem() -> str | None:
@@ -171,4 +176,4 @@ def usable(w: torch.Tensor) -> bool:
     return (w.dim() == 2 and w.shape[0] % 16 == 0
             and (w.dtype == torch.float32
                  or (w.dtype == torch.bfloat16 and w.shape[1] % 2 == 0
-                     and (_state.get("isa") if "ok" in _state else isa()) == "avx512bf16")))
+                     and (_state.get("isa") if "ok" in _state else isa()) in BF16_BUILDS)))

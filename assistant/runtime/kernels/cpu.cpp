@@ -253,16 +253,27 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// tiles 0-3: C (m rows x 16 fp32) of 4 blocks; 4: A (m rows x 32 bf16); 5-7: B (16 k-pairs x 16 columns x 2)
+// m <= 16 rows, tiles 0-3: C (m rows x 16 fp32) of 4 blocks; 4: A (m rows x 32 bf16); 5-7: B (16 k-pairs x 16
+// columns x 2). m = 16 + m2 rows (17-32): C of 2 blocks for each half (0-1: the first 16 rows, 2-3: the other m2),
+// A of each half (4, 5), B of 2 blocks (6, 7): every B tile loaded serves both halves, so 32 rows cost about what 16
+// do (one pass over W), where two 16-row passes read W twice.
 inline void amx_config(int m) {
   TileConfig c;
-  for (int t = 0; t < 5; ++t) c.rows[t] = static_cast<uint8_t>(m), c.colsb[t] = 64;
-  for (int t = 5; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+  const int m1 = std::min(m, 16), m2 = m - m1;
+  for (int t = 0; t < 8; ++t) c.colsb[t] = 64;
+  if (m2 == 0) {
+    for (int t = 0; t < 5; ++t) c.rows[t] = static_cast<uint8_t>(m1);
+    for (int t = 5; t < 8; ++t) c.rows[t] = 16;
+  } else {
+    c.rows[0] = c.rows[1] = c.rows[4] = 16;
+    c.rows[2] = c.rows[3] = c.rows[5] = static_cast<uint8_t>(m2);
+    c.rows[6] = c.rows[7] = 16;
+  }
   _tile_loadconfig(&c);
 }
 
-// NB (1-4) blocks of 16 columns for the m rows configured: w points at the first block (blocks `block` elements
-// apart, 512 elements a step), out gets m rows x NB * 16 fp32 (stride 64 floats)
+// NB (1-4) blocks of 16 columns for the m <= 16 rows configured: w points at the first block (blocks `block`
+// elements apart, 512 elements a step), out gets m rows x NB * 16 fp32 (stride 64 floats)
 template <int NB>
 inline void amx_tile(const uint16_t* x, int64_t K, const uint16_t* w, int64_t steps, int64_t block, float* out) {
   _tile_zero(0);
@@ -284,26 +295,59 @@ inline void amx_tile(const uint16_t* x, int64_t K, const uint16_t* w, int64_t st
   if constexpr (NB > 3) _tile_stored(3, out + 48, 256);
 }
 
+// NB (1-2) blocks for the 16 + m2 rows configured (two halves sharing each B tile); out: 32 rows x 64 fp32
+template <int NB>
+inline void amx_tile2(const uint16_t* x, int64_t K, const uint16_t* w, int64_t steps, int64_t block, float* out) {
+  _tile_zero(0);
+  _tile_zero(2);
+  if constexpr (NB > 1) { _tile_zero(1); _tile_zero(3); }
+  for (int64_t s = 0; s < steps; ++s) {
+    const uint16_t* ws = w + s * 512;
+    _tile_loadd(4, x + s * 32, K * 2);
+    _tile_loadd(5, x + 16 * K + s * 32, K * 2);
+    _tile_loadd(6, ws, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+    if constexpr (NB > 1) {
+      _tile_loadd(7, ws + block, 64);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, out, 256);
+  _tile_stored(2, out + 16 * 64, 256);
+  if constexpr (NB > 1) { _tile_stored(1, out + 16, 256); _tile_stored(3, out + 16 * 64 + 16, 256); }
+}
+
 void amx_gemm(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* w, int64_t blocks, uint16_t* yp, int64_t n) {
   const int64_t steps = K / 32, block = K * 16, groups = (blocks + GROUP - 1) / GROUP;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    alignas(64) float out[16 * 64];
+    alignas(64) float out[32 * 64];
     int configured = 0;
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
       const uint16_t* wb = w + b0 * block;
-      for (int64_t m0 = 0; m0 < M; m0 += 16) {
-        const int m = static_cast<int>(std::min<int64_t>(16, M - m0));
+      for (int64_t m0 = 0; m0 < M; m0 += 32) {
+        const int m = static_cast<int>(std::min<int64_t>(32, M - m0));
         if (m != configured) amx_config(configured = m);
         const uint16_t* xm = xp + m0 * K;
-        switch (nb) {
-          case 1: amx_tile<1>(xm, K, wb, steps, block, out); break;
-          case 2: amx_tile<2>(xm, K, wb, steps, block, out); break;
-          case 3: amx_tile<3>(xm, K, wb, steps, block, out); break;
-          default: amx_tile<4>(xm, K, wb, steps, block, out); break;
+        if (m <= 16) {
+          switch (nb) {
+            case 1: amx_tile<1>(xm, K, wb, steps, block, out); break;
+            case 2: amx_tile<2>(xm, K, wb, steps, block, out); break;
+            case 3: amx_tile<3>(xm, K, wb, steps, block, out); break;
+            default: amx_tile<4>(xm, K, wb, steps, block, out); break;
+          }
+        } else {
+          for (int64_t b = 0; b < nb; b += 2) {
+            float* o = out + b * 16;
+            if (nb - b >= 2) amx_tile2<2>(xm, K, wb + b * block, steps, block, o);
+            else amx_tile2<1>(xm, K, wb + b * block, steps, block, o);
+          }
         }
         for (int i = 0; i < m; ++i)
-          for (int64_t j = 0; j < nb; ++j) Bf16::store(yp + (m0 + i) * n + (b0 + j) * 16, _mm512_load_ps(out + i * 64 + j * 16));
+          for (int64_t j = 0; j < nb; ++j)
+            Bf16::store(yp + (m0 + i) * n + (b0 + j) * 16, _mm512_load_ps(out + i * 64 + j * 16));
       }
     }
     if (configured) _tile_release();

@@ -8,8 +8,8 @@ compiler, a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; one
 build whose bf16 linear runs on AMX tiles; a compiler without AMX builds avx512bf16 instead), "avx512bf16" (every
 op, both dtypes), else the fp32 linear, "avx512" (AVX512F: many cloud servers' CPUs; with the fp32 attention) or
 "avx2" (AVX2 + FMA: most laptops' CPUs; the linear alone), where oneDNN ran the fp32 passes before;
-ASSISTANT_KERNELS=avx512bf16|avx512|avx2 takes that build on a CPU that has more, as the tests do. `loaded()` says whether it ran, `running()` which build, `bf16()` whether it
-has the bf16 ops (these never build). The ops:
+ASSISTANT_KERNELS=avx512bf16|avx512|avx2 takes that build on a CPU that has more, as the tests do. `loaded()`
+says whether it ran, `running()` which build, `bf16()` whether it has the bf16 ops (these never build). The ops:
 - `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
   `pack`, bf16 as [N/16, K/2, 16, 2] and fp32 as [N/16, K, 16], `unpack` gives it back exactly), the packed
   layout's GEMM (assistant.runtime.layout) in both dtypes; `usable(w)` says whether a weight fits it; an fp32
@@ -156,7 +156,7 @@ def bf16() -> bool:
 def attention(dtype: torch.dtype) -> bool:
     """The loaded build has the attention in `dtype`: bf16 in the AVX512-BF16 builds, fp32 in every AVX512F build
     (the AVX2 build has none); never builds."""
-    return (dtype == torch.bfloat16 and bf16()) or (dtype == torch.float32 and running() in ("amx", "avx512bf16", "avx512"))
+    return (dtype == torch.bfloat16 and bf16()) or (dtype == torch.float32 and running() in (*BF16_BUILDS, "avx512"))
 
 
 def problem() -> str | None:

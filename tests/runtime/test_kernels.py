@@ -281,6 +281,36 @@ def test_first_load_builds_into_the_user_cache_and_says_so(monkeypatch, tmp_path
     assert len(built) == 1 and loaded == [str(built[0])] * 2 and built[0] == kernels.library_path()
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the kernels need oneDNN's torch")
+def test_a_compiler_without_amx_builds_the_avx512bf16_kernels_instead(monkeypatch, tmp_path):
+    """On a CPU with AMX the amx build comes first; where it fails (a compiler too old for -mamx-*), load() builds
+    avx512bf16 and says nothing went wrong; asked for by name (ASSISTANT_KERNELS=amx), it does not fall back."""
+    xeon = frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"})
+    loaded: list[str] = []
+    tried: list[str] = []
+
+    def build(out: Path, target: str) -> None:
+        tried.append(target)
+        if target == "amx":
+            raise RuntimeError("the C++ build failed: unrecognized command-line option '-mamx-tile'")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"")
+
+    monkeypatch.setattr(cpuinfo, "flags", lambda: xeon)
+    monkeypatch.setattr(kernels, "_build", build)
+    monkeypatch.setattr(torch.ops, "load_library", loaded.append)
+    monkeypatch.setenv("ASSISTANT_CACHE", str(tmp_path))
+    monkeypatch.delenv("ASSISTANT_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "_state", {})
+    assert kernels.isa() == "amx"
+    assert kernels.load() and kernels.problem() is None
+    assert tried == ["amx", "avx512bf16"] and kernels.running() == "avx512bf16" and kernels.bf16()
+    assert loaded == [str(kernels.library_path("avx512bf16"))]
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("ASSISTANT_KERNELS", "amx")
+    assert not kernels.load() and "-mamx-tile" in kernels.problem() and kernels.running() is None
+
+
 _SHAPES = [(16, 3, m) for m in (1, 7)] + [(960, 576, m) for m in (0, 1, 4, 5, 6, 7, 13, 16)] + [(64, 1536, 17)]
 
 _FP32_BUILD_RUN = """

@@ -54,7 +54,7 @@ ISAS = {"amx": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mamx-
         "avx512": ("-mavx512f",),
         "avx2": ("-mavx2", "-mfma")}
 
-BF16_BUILDS = ("amx", "avx512bf16")   # the builds with the bf16 ops
+BF16_BUILDS = tuple(b for b, needs in cpuinfo.KERNEL_BUILDS.items() if "avx512_bf16" in needs)   # with bf16 ops
 _state: dict[str, object] = {}
 _FAKE: list = []            # the shape function torch.compile traces the op with, registered once a process
 

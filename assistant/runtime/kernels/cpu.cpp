@@ -231,7 +231,8 @@ void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w,
 // 32 inputs x 16 columns of one block-step of W, which the bf16 packing already lays out as AMX wants it (16
 // k-pairs of 64 bytes, one after another). vdpbf16ps does 16 columns x 2 inputs a row per instruction, so at 8-16
 // rows the vector loop is bound by its multiplies, not by W's bytes (machine F, Xeon with AMX, 2 threads: the
-// 49152x576 output layer 1.06 ms at 1 row, 4.1 ms at 16); the tiles do 16 rows in about the time of one. Every
+// 49152x576 output layer 1.05 ms at 1 row, 4.2 ms at 16; BENCHMARKS.md K14); the tiles do 16 rows in about the time
+// of one. Every
 // output is summed in the same order at every row count (one accumulator tile a block, the steps in turn), so a
 // verify pass stays row-invariant. The build takes AMX for every weight with K % 32 == 0 (decided by the shape,
 // never by the row count); others, and a process the kernel does not let use AMX, take the vector loop.

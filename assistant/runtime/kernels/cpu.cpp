@@ -36,8 +36,8 @@ std::unordered_map<int64_t, at::Tensor> registry;
 // run far enough ahead of it), and a second row tile found its W in L2 with nothing to fetch. Every weight of
 // SmolLM2 streamed once, machine E, 2 threads: 8 rows 9.1 -> 6.3 ms, 16 rows 11.5 -> 6.7 ms (1 row: 5.9). 1-3 rows
 // are bound by the bytes alone and the extra instructions cost them 5-10%: they ask for none. The AVX2 build's block
-// form (qgemm) asks at every row count: on a real AVX2 CPU (machine G, AMD EPYC, 2 threads, every SmolLM2 weight)
-// 1 row 18.0 -> 13.9 ms, 2-3 rows -11%, 16 rows -9% (K18).
+// form (qgemm) asks at every row count: on a real AVX2 CPU (machine G, AMD EPYC, 2 threads, every SmolLM2 weight,
+// interleaved with the build before) 1 row x0.78-0.85, 2-3 rows x0.90-0.93 (K18).
 constexpr int64_t PREFETCH_MIN_ROWS = 4;
 
 // Calls f(std::integral_constant<int, n>) for a row count n of 1..8: the tiles below take their row count as a
@@ -442,7 +442,8 @@ void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t block
         }
       } else if (M > F32::MTILE) {
         // more rows than a tile holds: each chunk of 32 steps rebuilt once into L1, then every row tile reads it;
-        // each chunk asks for its share of the next group's bytes (16 rows 51 -> 43 ms on machine G, K18)
+        // each chunk asks for its share of the next group's bytes (4-16 rows x0.87-1.03 on machine G over five runs,
+        // inside that machine's drift; K18)
         alignas(64) float buf[GROUP * QBLOCK * 16];
         const int64_t ahead = fetch ? nb * rb / (K / QBLOCK) : 0;
         for (int64_t c = 0; c < K / QBLOCK; ++c) {

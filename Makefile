@@ -23,7 +23,7 @@ tools:
 	@command -v tmux >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
 
 test: setup tools
-	$(VENV)/bin/pytest -q -rs
+	$(VENV)/bin/pytest -q -rs --durations=15
 
 bench-quick: setup
 	$(VENV)/bin/assistant bench --dataset ../shared/data/gsm8k_test.jsonl --limit 4 --max-new-tokens 64

@@ -40,6 +40,11 @@ std::unordered_map<int64_t, at::Tensor> registry;
 // interleaved with the build before) 1 row x0.78-0.85, 2-3 rows x0.90-0.93 (K18).
 constexpr int64_t PREFETCH_MIN_ROWS = 4;
 
+// Step i of a tile asks for bytes [i, i + 1) * ahead of p (ahead 0: none).
+inline void ask_for(const char* p, int64_t i, int64_t ahead) {
+  for (int64_t off = i * ahead; off < (i + 1) * ahead; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 // Calls f(std::integral_constant<int, n>) for a row count n of 1..8: the tiles below take their row count as a
 // template argument so that their accumulators stay in registers (with a runtime count they lived on the stack:
 // every FMA a load and a store, the attention ~3x slower).
@@ -173,7 +178,7 @@ inline void tile(const typename E::T* __restrict x, int64_t K, const typename E:
     }
   const int64_t block = steps * PER;
   for (int64_t s = 0; s < steps; ++s) {
-    for (int64_t off = s * ahead; off < (s + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+    ask_for(pf, s, ahead);
     typename E::V wv[NB];
     for (int j = 0; j < NB; ++j) wv[j] = E::w(w + j * block + s * PER);
     for (int i = 0; i < MT; ++i) {
@@ -234,9 +239,8 @@ void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w,
 // k-pairs of 64 bytes, one after another). vdpbf16ps does 16 columns x 2 inputs a row per instruction, so at 8-16
 // rows the vector loop is bound by its multiplies, not by W's bytes (machine F, Xeon with AMX, 2 threads: the
 // 49152x576 output layer 1.05 ms at 1 row, 4.2 ms at 16; BENCHMARKS.md K14); the tiles do 16 rows in about the time
-// of one. Every
-// output is summed in the same order at every row count (one accumulator tile a block, the steps in turn), so a
-// verify pass stays row-invariant. The build takes AMX for every weight with K % 32 == 0 (decided by the shape,
+// of one. Every output is summed in the same order at every row count (one accumulator tile a block, the steps in
+// turn), so a verify pass stays row-invariant. The build takes AMX for every weight with K % 32 == 0 (decided by the shape,
 // never by the row count); others, and a process the kernel does not let use AMX, take the vector loop.
 #define ASSISTANT_AMX 1
 #include <sys/syscall.h>
@@ -381,7 +385,7 @@ inline void qtile(const float* __restrict x, int64_t K, const int8_t* __restrict
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NB; ++j) acc[i][j] = F32::zero();
   for (int64_t g = 0; g < K / QBLOCK; ++g) {
-    for (int64_t off = g * ahead; off < (g + 1) * ahead; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+    ask_for(pf, g, ahead);
     F32::V d[NB], m[NB];
     for (int j = 0; j < NB; ++j) {
       const float* sc = reinterpret_cast<const float*>(w + j * rb + K * Q) + g * 32;
@@ -442,12 +446,12 @@ void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t block
         }
       } else if (M > F32::MTILE) {
         // more rows than a tile holds: each chunk of 32 steps rebuilt once into L1, then every row tile reads it;
-        // each chunk asks for its share of the next group's bytes (4-16 rows x0.87-1.03 on machine G over five runs,
+        // each chunk asks for its share of the next group's bytes (4-16 rows x0.92-1.03 on machine G over four runs,
         // inside that machine's drift; K18)
         alignas(64) float buf[GROUP * QBLOCK * 16];
         const int64_t ahead = fetch ? nb * rb / (K / QBLOCK) : 0;
         for (int64_t c = 0; c < K / QBLOCK; ++c) {
-          for (int64_t off = c * ahead; off < (c + 1) * ahead; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+          ask_for(next, c, ahead);
           for (int64_t j = 0; j < nb; ++j) {
             const float* sc = reinterpret_cast<const float*>(wb + j * rb + K * Q) + c * 32;
             const F32::V d = F32::w(sc), mm = F32::w(sc + 16);

@@ -30,7 +30,7 @@ def child(script: str, home: Path, *args: str) -> subprocess.Popen:
 
 
 def read_until(proc: subprocess.Popen, marker: str, timeout: float = 120.0) -> list[str]:
-    """Lines printed by proc up to and including the first line starting with marker.
+    """Complete lines printed by proc up to and including the first line starting with marker.
 
     A thread reads the pipe (select() on a buffered pipe misses lines already buffered)."""
     import queue
@@ -42,7 +42,8 @@ def read_until(proc: subprocess.Popen, marker: str, timeout: float = 120.0) -> l
 
         def pump() -> None:
             for line in proc.stdout:
-                q.put(line.rstrip("\n"))
+                if line.endswith("\n"):   # a killed child's last line may be half-written
+                    q.put(line[:-1])       # (PYTHONUNBUFFERED: print() writes piece by piece)
             q.put(None)
 
         threading.Thread(target=pump, daemon=True).start()

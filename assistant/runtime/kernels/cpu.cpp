@@ -104,6 +104,7 @@ struct F32 {
   static constexpr int64_t K_STEP = 1;
   static constexpr bool WIDE = true;
   static constexpr int64_t MTILE = 8;
+  static constexpr int64_t MTILE1 = 16;         // rows of a one-block tile (block form): 16 accumulators
   static Acc zero() { return _mm512_setzero_ps(); }
   static V w(const T* p) { return _mm512_loadu_ps(p); }
   static V x(const T* row, int64_t s) { return _mm512_set1_ps(row[s]); }
@@ -133,6 +134,7 @@ struct F32 {                                    // 16 columns as two halves of 8
   static constexpr int64_t K_STEP = 1;
   static constexpr bool WIDE = false;
   static constexpr int64_t MTILE = 3;
+  static constexpr int64_t MTILE1 = 6;          // one block: 12 accumulators, 2 weights, 1 broadcast
   static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V w(const T* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static V x(const T* row, int64_t s) {
@@ -171,7 +173,11 @@ inline void tile(const typename E::T* __restrict x, int64_t K, const typename E:
                  typename E::T* __restrict y, int64_t N, const char* pf, int64_t ahead) {
   constexpr int64_t PER = 64 / sizeof(typename E::T);      // elements of a block a step reads
   typename E::Acc acc[MT][NB];
+  // unrolled by hand where GCC would not: an AVX2 accumulator is two ymm, and at 4-6 rows GCC left the loops
+  // rolled, the accumulators in memory (6-row chunk tiles x2.2 slower; machine G, K19)
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
       if constexpr (ADD) acc[i][j] = E::load(y + i * N + j * 16);
       else acc[i][j] = E::zero();
@@ -180,13 +186,18 @@ inline void tile(const typename E::T* __restrict x, int64_t K, const typename E:
   for (int64_t s = 0; s < steps; ++s) {
     ask_for(pf, s, ahead);
     typename E::V wv[NB];
+#pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) wv[j] = E::w(w + j * block + s * PER);
+#pragma GCC unroll 16
     for (int i = 0; i < MT; ++i) {
       const typename E::V xv = E::x(x + i * K, s);
+#pragma GCC unroll 4
       for (int j = 0; j < NB; ++j) acc[i][j] = E::fma(acc[i][j], xv, wv[j]);
     }
   }
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) E::store(y + i * N + j * 16, acc[i][j]);
 }
 
@@ -433,47 +444,43 @@ void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t block
       const int8_t* wb = w + b0 * rb;
       const char* next = reinterpret_cast<const char*>(wb + nb * rb);
       const bool fetch = (M >= PREFETCH_MIN_ROWS || !F32::WIDE) && g + 1 < groups;
-      if constexpr (F32::WIDE) {
-        // 9-16 rows: one tile of all rows a block, so each weight is rebuilt once, not once per 8 rows
-        // (16 accumulators + the block's d, m and weights fit 32 zmm)
-        if (M > F32::MTILE && M <= 16) {
-          const int64_t ahead = fetch ? rb / (K / QBLOCK) : 0;
-          for (int64_t b = 0; b < nb; ++b)
-            with_rows_upto<16>(static_cast<int>(M), [&](auto r) {
-              qtile<Q, decltype(r)::value, 1>(xp, K, wb + b * rb, rb, yp + b0 * 16 + b * 16, n, next + b * rb, ahead);
-            });
+      if (M > F32::MTILE && M <= F32::MTILE1) {
+        // more rows than a tile of 2 blocks holds, as many as one of 1 block does (AVX512 9-16, AVX2 4-6): one
+        // tile of all rows a block, so each weight is rebuilt once (AVX2 on machine G: 4-6 rows x0.85-0.92, K19)
+        const int64_t ahead = fetch ? rb / (K / QBLOCK) : 0;
+        for (int64_t b = 0; b < nb; ++b)
+          with_rows_upto<F32::MTILE1>(static_cast<int>(M), [&](auto r) {
+            qtile<Q, decltype(r)::value, 1>(xp, K, wb + b * rb, rb, yp + b0 * 16 + b * 16, n, next + b * rb, ahead);
+          });
+        continue;
+      }
+      if constexpr (!F32::WIDE) {
+        if (M > F32::MTILE1) {
+          // more rows than that (AVX2 7+): each chunk of 32 steps rebuilt once into L1, then every row tile (as
+          // many of one block as the rows need, evenly filled) reads it; each chunk asks for its share of the next
+          // group's bytes (K18, K19)
+          alignas(64) float buf[GROUP * QBLOCK * 16];
+          const int64_t ahead = fetch ? nb * rb / (K / QBLOCK) : 0, tiles = (M + F32::MTILE1 - 1) / F32::MTILE1;
+          for (int64_t c = 0; c < K / QBLOCK; ++c) {
+            ask_for(next, c, ahead);
+            for (int64_t j = 0; j < nb; ++j) {
+              const float* sc = reinterpret_cast<const float*>(wb + j * rb + K * Q) + c * 32;
+              const F32::V d = F32::w(sc), mm = F32::w(sc + 16);
+              for (int64_t s = 0; s < QBLOCK; ++s)
+                F32::store(buf + (j * QBLOCK + s) * 16, dequant<Q>(wb + j * rb + (c * QBLOCK + s) * Q, d, mm));
+            }
+            for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
+              const int m = static_cast<int>(M / tiles + (t < M % tiles));
+              for (int64_t b = 0; b < nb; ++b)
+                with_rows_upto<F32::MTILE1>(m, [&](auto r) {
+                  chunk_tile<decltype(r)::value, 1>(xp + m0 * K + c * QBLOCK, K, buf + b * QBLOCK * 16,
+                                                    yp + m0 * n + b0 * 16 + b * 16, n, c == 0);
+                });
+              m0 += m;
+            }
+          }
           continue;
         }
-      } else if (M > F32::MTILE) {
-        // more rows than a tile holds: each chunk of 32 steps rebuilt once into L1, then every row tile reads it;
-        // each chunk asks for its share of the next group's bytes (4-16 rows x0.92-1.03 on machine G over four runs,
-        // inside that machine's drift; K18)
-        alignas(64) float buf[GROUP * QBLOCK * 16];
-        const int64_t ahead = fetch ? nb * rb / (K / QBLOCK) : 0;
-        for (int64_t c = 0; c < K / QBLOCK; ++c) {
-          ask_for(next, c, ahead);
-          for (int64_t j = 0; j < nb; ++j) {
-            const float* sc = reinterpret_cast<const float*>(wb + j * rb + K * Q) + c * 32;
-            const F32::V d = F32::w(sc), mm = F32::w(sc + 16);
-            for (int64_t s = 0; s < QBLOCK; ++s)
-              F32::store(buf + (j * QBLOCK + s) * 16, dequant<Q>(wb + j * rb + (c * QBLOCK + s) * Q, d, mm));
-          }
-          for (int64_t m0 = 0; m0 < M; m0 += F32::MTILE) {
-            const int m = static_cast<int>(std::min<int64_t>(F32::MTILE, M - m0));
-            const float* xm = xp + m0 * K + c * QBLOCK;
-            float* ym = yp + m0 * n + b0 * 16;
-            int64_t b = 0;
-            for (; b + 2 <= nb; b += 2)
-              with_rows(m, [&](auto r) {
-                chunk_tile<decltype(r)::value, 2>(xm, K, buf + b * QBLOCK * 16, ym + b * 16, n, c == 0);
-              });
-            if (b < nb)
-              with_rows(m, [&](auto r) {
-                chunk_tile<decltype(r)::value, 1>(xm, K, buf + b * QBLOCK * 16, ym + b * 16, n, c == 0);
-              });
-          }
-        }
-        continue;
       }
       for (int64_t m0 = 0; m0 < M; m0 += F32::MTILE) {
         const int m = static_cast<int>(std::min<int64_t>(F32::MTILE, M - m0));

@@ -446,7 +446,7 @@ void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t block
       const bool fetch = (M >= PREFETCH_MIN_ROWS || !F32::WIDE) && g + 1 < groups;
       if (M > F32::MTILE && M <= F32::MTILE1) {
         // more rows than a tile of 2 blocks holds, as many as one of 1 block does (AVX512 9-16, AVX2 4-6): one
-        // tile of all rows a block, so each weight is rebuilt once (AVX2 on machine G: 4-6 rows x0.85-0.92, K19)
+        // tile of all rows a block, so each weight is rebuilt once (AVX2 on machine G: 4-6 rows x0.85-0.93, K19)
         const int64_t ahead = fetch ? rb / (K / QBLOCK) : 0;
         for (int64_t b = 0; b < nb; ++b)
           with_rows_upto<F32::MTILE1>(static_cast<int>(M), [&](auto r) {

@@ -445,7 +445,7 @@ def test_block_form_rebuilds_each_weight_and_the_fp32_product_bit_for_bit(n, k, 
     assert wp.dtype == torch.int8 and wp.shape == (n // 16, (20 if q8 else 12) * k)
     assert torch.equal(blocks.unpack(wp, k).view(torch.int32), w.view(torch.int32))
     fp32 = torch.ops.assistant_kernels.pack(w)
-    for m in (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 17):   # each row branch: avx2 1-3, 4-6, 7+; avx512 1-8, 9-16, 17+
+    for m in (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16, 17):   # rows: avx2 1, 2-6, 7-12, 13+; avx512 1-8, 9-16, 17+
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
         y = torch.ops.assistant_kernels.linear_packed(x, wp, n)
         assert torch.equal(y.view(torch.int32), torch.ops.assistant_kernels.linear_packed(x, fp32, n).view(torch.int32))

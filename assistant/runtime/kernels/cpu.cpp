@@ -105,6 +105,8 @@ struct F32 {
   static constexpr bool WIDE = true;
   static constexpr int64_t MTILE = 8;
   static constexpr int64_t MTILE1 = 16;         // rows of a one-block tile (block form): 16 accumulators
+  static constexpr int64_t ONE_BLOCK_FROM = 9;  // block form: rows from which one-block tiles take the rows,
+  static constexpr int64_t ONE_BLOCK_TILES = 1; // and how many such tiles a block takes at most
   static Acc zero() { return _mm512_setzero_ps(); }
   static V w(const T* p) { return _mm512_loadu_ps(p); }
   static V x(const T* row, int64_t s) { return _mm512_set1_ps(row[s]); }
@@ -135,6 +137,8 @@ struct F32 {                                    // 16 columns as two halves of 8
   static constexpr bool WIDE = false;
   static constexpr int64_t MTILE = 3;
   static constexpr int64_t MTILE1 = 6;          // one block: 12 accumulators, 2 weights, 1 broadcast
+  static constexpr int64_t ONE_BLOCK_FROM = 2;  // 2-12 rows: one or two in-register tiles of one block (K20)
+  static constexpr int64_t ONE_BLOCK_TILES = 2;
   static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V w(const T* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static V x(const T* row, int64_t s) {
@@ -149,18 +153,20 @@ struct F32 {                                    // 16 columns as two halves of 8
     _mm256_storeu_ps(y + 8, acc.hi);
   }
   static Acc load(const T* y) { return {_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)}; }
+  // fl(fl(d * q) + m) as ONE fused multiply-add: d is an fp16 value (11 significant bits) and |q| <= 127, so d * q
+  // is exact in fp32 and the FMA's single rounding is the sum's, bit for bit; one instruction fewer per 8 weights
+  // than the product and the sum (the AVX512 build keeps those: not measured there)
   static V dq(const int8_t* q, V d, V m) {
-    __m256 lo = _mm256_mul_ps(d.lo, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q))));
-    __m256 hi = _mm256_mul_ps(d.hi, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(q + 8)))));
-    __asm__("" : "+x"(lo), "+x"(hi));
-    return {_mm256_add_ps(lo, m.lo), _mm256_add_ps(hi, m.hi)};
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)q)));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(q + 8))));
+    return {_mm256_fmadd_ps(d.lo, lo, m.lo), _mm256_fmadd_ps(d.hi, hi, m.hi)};
   }
+  // the 8 bytes widened to 8 dwords once: the low nibbles masked off them, the high ones shifted down
   static V dq4(const int8_t* q, V d, V m) {
-    const __m128i b = _mm_loadl_epi64((const __m128i*)q), low = _mm_set1_epi8(0x0F);
-    __m256 lo = _mm256_mul_ps(d.lo, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(b, low))));
-    __m256 hi = _mm256_mul_ps(d.hi, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), low))));
-    __asm__("" : "+x"(lo), "+x"(hi));
-    return {_mm256_add_ps(lo, m.lo), _mm256_add_ps(hi, m.hi)};
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)q));
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0x0F)));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+    return {_mm256_fmadd_ps(d.lo, lo, m.lo), _mm256_fmadd_ps(d.hi, hi, m.hi)};
   }
 };
 #endif
@@ -444,19 +450,26 @@ void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t block
       const int8_t* wb = w + b0 * rb;
       const char* next = reinterpret_cast<const char*>(wb + nb * rb);
       const bool fetch = (M >= PREFETCH_MIN_ROWS || !F32::WIDE) && g + 1 < groups;
-      if (M > F32::MTILE && M <= F32::MTILE1) {
-        // more rows than a tile of 2 blocks holds, as many as one of 1 block does (AVX512 9-16, AVX2 4-6): one
-        // tile of all rows a block, so each weight is rebuilt once (AVX2 on machine G: 4-6 rows x0.85-0.93, K19)
+      const int64_t tiles = (M + F32::MTILE1 - 1) / F32::MTILE1;
+      if (M >= F32::ONE_BLOCK_FROM && tiles <= F32::ONE_BLOCK_TILES) {
+        // the rows in in-register tiles of one block, evenly filled (AVX512 9-16 rows: one tile, so each weight
+        // is rebuilt once; AVX2 2-6 rows one, 7-12 two, each rebuilding the block from L1: on machine G x0.75 at
+        // 3 rows and x0.90-0.94 at 7-10 against the 2-block and chunked tiles, K19/K20)
         const int64_t ahead = fetch ? rb / (K / QBLOCK) : 0;
         for (int64_t b = 0; b < nb; ++b)
-          with_rows_upto<F32::MTILE1>(static_cast<int>(M), [&](auto r) {
-            qtile<Q, decltype(r)::value, 1>(xp, K, wb + b * rb, rb, yp + b0 * 16 + b * 16, n, next + b * rb, ahead);
-          });
+          for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
+            const int m = static_cast<int>(M / tiles + (t < M % tiles));
+            with_rows_upto<F32::MTILE1>(m, [&](auto r) {
+              qtile<Q, decltype(r)::value, 1>(xp + m0 * K, K, wb + b * rb, rb, yp + m0 * n + b0 * 16 + b * 16, n,
+                                              next + b * rb, t == 0 ? ahead : 0);
+            });
+            m0 += m;
+          }
         continue;
       }
       if constexpr (!F32::WIDE) {
         if (M > F32::MTILE1) {
-          // more rows than that (AVX2 7+): each chunk of 32 steps rebuilt once into L1, then every row tile (as
+          // more rows than that (AVX2 13+): each chunk of 32 steps rebuilt once into L1, then every row tile (as
           // many of one block as the rows need, evenly filled) reads it; each chunk asks for its share of the next
           // group's bytes (K18, K19)
           alignas(64) float buf[GROUP * QBLOCK * 16];

@@ -48,8 +48,8 @@ def window_attention(module, query, key, value, attention_mask, scaling=None, dr
     """Attention over the window of a static cache that the 4D mask covers ([1, 1, q, n]: the first
     n slots). Eager: transformers' own sdpa attention on that window (a no-op slice when the cache
     is exactly the window, as a DynamicCache is). On a CPU whose native kernels have an attention in the
-    model's dtype (bf16 with AVX512-BF16, fp32 with AVX512F), with an additive mask (the engines' trees and the
-    compiled engine's prefill chunks; generate()'s boolean masks keep sdpa), assistant_kernels::attention
+    model's dtype (bf16 with AVX512-BF16, fp32 with AVX512F or AVX2), with an additive mask (the engines'
+    trees and the compiled engine's prefill chunks; generate()'s boolean masks keep sdpa), assistant_kernels::attention
     (assistant.runtime.kernels) compiled or eager: a bf16 prefill chunk of 160 tokens took 150 us a layer
     against sdpa's 440, and its rows are invariant to the tree around them. Else, compiled:
     matmul-softmax with grouped queries as one [kv_heads, groups * q] block (no repeat_kv copy), which
@@ -78,9 +78,9 @@ def window_attention(module, query, key, value, attention_mask, scaling=None, dr
 
 def _native_attention(query: torch.Tensor) -> bool:
     """On a CPU whose native kernels have an attention in the query's dtype (assistant.runtime.kernels: bf16 with
-    AVX512-BF16, fp32 with AVX512F): theirs, which reads each key and value once for a kv head's grouped queries,
-    takes no aten::bmm (~40 us a call at these sizes) and is row-invariant (a tree node gets bit for bit what a
-    one-token pass gives it, so speculation never changes greedy's answer on this engine)."""
+    AVX512-BF16, fp32 with AVX512F or AVX2): theirs, which reads each key and value once for a kv head's grouped
+    queries, takes no aten::bmm (~40 us a call at these sizes) and is row-invariant (a tree node gets bit for bit
+    what a one-token pass gives it, so speculation never changes greedy's answer on this engine)."""
     from assistant.runtime import kernels
 
     return (query.device.type == "cpu" and query.shape[-1] % 32 == 0 and query.shape[-1] <= 256

@@ -6,8 +6,8 @@ building it first with the C++ compiler torch.compile uses on a CPU (~10 s, once
 compiler, a failed build, ASSISTANT_KERNELS=0 (the reason is in `problem()`; oneDNN and aten run instead).
 `isa()` names the build this CPU takes, without building: "amx" (Xeons since Sapphire Rapids: the avx512bf16
 build whose bf16 linear runs on AMX tiles; a compiler without AMX builds avx512bf16 instead), "avx512bf16" (every
-op, both dtypes), else the fp32 linear, "avx512" (AVX512F: many cloud servers' CPUs; with the fp32 attention) or
-"avx2" (AVX2 + FMA: most laptops' CPUs; the linear alone), where oneDNN ran the fp32 passes before;
+op, both dtypes), else the fp32 linear and attention, "avx512" (AVX512F: many cloud servers' CPUs) or "avx2"
+(AVX2 + FMA: most laptops' CPUs), where oneDNN and aten ran the fp32 passes before;
 ASSISTANT_KERNELS=avx512bf16|avx512|avx2 takes that build on a CPU that has more, as the tests do. `loaded()`
 says whether it ran, `running()` which build, `bf16()` whether it has the bf16 ops (these never build). The ops:
 - `linear(x, key, n)`: x [..., K] @ W^T for the weight registered under `key` (`put`/`drop`; packed once by
@@ -18,7 +18,8 @@ says whether it ran, `running()` which build, `bf16()` whether it has the bf16 o
   off with ASSISTANT_BLOCKS=0);
 - `attention(q, k, v, mask, scale)`: q [B, H, Q, D] over the keys/values [B, KVH, N, D] of a cache window with
   an additive mask [B|1, 1, Q, N] -> [B, Q, H, D], the engines' attention (trees and prefill chunks), bf16 in the
-  AVX512-BF16 build and fp32 in every AVX512F build (`attention(dtype)` says which here).
+  AVX512-BF16 build and fp32 in every build (the AVX2 build's on 8-lane vectors, its outputs the AVX512 ones' bit
+  for bit; `attention(dtype)` says which here).
   Row-invariant: a query row's output depends only on the keys its mask lets it see, in their order, not on the
   slots they sit at (the softmax denominator is summed in lanes by each seen key's rank), so a tree node whose
   ancestors are scattered through a tree equals, bit for bit, the one-token pass that later sees them in a row;
@@ -154,9 +155,9 @@ def bf16() -> bool:
 
 
 def attention(dtype: torch.dtype) -> bool:
-    """The loaded build has the attention in `dtype`: bf16 in the AVX512-BF16 builds, fp32 in every AVX512F build
-    (the AVX2 build has none); never builds."""
-    return (dtype == torch.bfloat16 and bf16()) or (dtype == torch.float32 and running() in (*BF16_BUILDS, "avx512"))
+    """The loaded build has the attention in `dtype`: bf16 in the AVX512-BF16 builds, fp32 in every build; never
+    builds."""
+    return (dtype == torch.bfloat16 and bf16()) or (dtype == torch.float32 and loaded())
 
 
 def problem() -> str | None:

@@ -952,8 +952,241 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return out;
 }
 #else
-at::Tensor attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
-  TORCH_CHECK(false, "assistant_kernels::attention: this build (no AVX512F) has no attention");
+// The AVX2 build's fp32 attention: the AVX512 one's arithmetic on 8-lane vectors, so every output equals that
+// build's bit for bit: each score its dimensions' FMAs in order, then scale and mask in one FMA; exp16's polynomial
+// (2^n built in the exponent bits: n is in [-126, 127] for the x it takes, and the product rounds once, as scalef
+// does); the denominator in 16 lanes by rank, reduced in _mm512_reduce_add_ps's order; the weighted sum in slot
+// order. Row-invariant for the same reason (see RankSum), and one call a layer where the compiled graph ran two
+// aten::bmm and a softmax (K21).
+constexpr float MASKED = -1e30f;
+constexpr int64_t RTILE = 8;      // query rows whose scores a tile keeps in registers
+constexpr int64_t VTILE = 6;      // query rows x 16 values a weighted-sum tile keeps (12 accumulators)
+constexpr int64_t TASK_ROWS = 64;
+constexpr int64_t MAXD = 256;
+
+inline __m256 exp8(__m256 x) {
+  const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256 two_n = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  return _mm256_and_ps(live, _mm256_mul_ps(p, two_n));      // a masked lane's NaN or garbage ANDed to 0
+}
+
+inline __m256i first_lanes8(int64_t n) {      // all-ones in the first min(n, 8) of 8 lanes
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The AVX512 RankSum with its 16 lanes as two 8-lane halves: the terms of seen slots go to lanes by rank
+// (the k-th seen term to lane k % 16) and a full buffer of 16 is added to the sums; a chunk of 8 seen slots
+// whose first rank is a multiple of 8 is one vector store.
+struct RankSum {
+  __m256 sum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  alignas(32) float buf[16] = {};
+  int fill = 0;
+
+  void flush() {
+    sum[0] = _mm256_add_ps(sum[0], _mm256_load_ps(buf));
+    sum[1] = _mm256_add_ps(sum[1], _mm256_load_ps(buf + 8));
+    std::memset(buf, 0, sizeof(buf));
+    fill = 0;
+  }
+
+  void add(__m256 e, int seen) {               // seen: bit i set where lane i's slot is seen
+    if (seen == 0xFF && (fill & 7) == 0) {
+      _mm256_store_ps(buf + fill, e);
+      if ((fill += 8) == 16) flush();
+      return;
+    }
+    alignas(32) float t[8];
+    _mm256_store_ps(t, e);
+    for (int i = 0; i < 8; ++i)
+      if (seen >> i & 1) {
+        buf[fill] = t[i];
+        if (++fill == 16) flush();
+      }
+  }
+
+  float total() const {                        // _mm512_reduce_add_ps(sum + buf), in its order
+    const __m256 lo = _mm256_add_ps(sum[0], _mm256_load_ps(buf)), hi = _mm256_add_ps(sum[1], _mm256_load_ps(buf + 8));
+    const __m256 t3 = _mm256_add_ps(hi, lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(3, 2, 0, 1)));
+  }
+};
+
+// r[i] lane j <- r[j] lane i, 8 x 8 floats
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Scores of R query rows against 8 slots (kt: the slots' keys transposed, D vectors), scaled and masked.
+template <int R>
+inline void score_tile8(const __m256* kt, int64_t D, const float* const* qrow, const float* const* mrow,
+                        float* const* score, int64_t j0, __m256i live, __m256 vscale) {
+  __m256 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t u = 0; u < D; ++u) {
+    const __m256 kv = kt[u];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qrow[r] + u), kv, acc[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    _mm256_maskstore_ps(score[r] + j0, live,
+                        _mm256_fmadd_ps(acc[r], vscale, _mm256_maskload_ps(mrow[r] + j0, live)));
+}
+
+// out[r][0:16] = sum_j prob[r][j] * v[j][0:16] * inv[r] for R rows over N slots, in slot order.
+template <int R>
+inline void value_tile8(const float* const* prob, const float* inv, const float* v, int64_t vstride, int64_t N,
+                        float* const* out) {
+  __m256 o0[R], o1[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) o0[r] = o1[r] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < N; ++j) {
+    const __m256 v0 = _mm256_loadu_ps(v + j * vstride), v1 = _mm256_loadu_ps(v + j * vstride + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 p = _mm256_broadcast_ss(prob[r] + j);
+      o0[r] = _mm256_fmadd_ps(p, v0, o0[r]);
+      o1[r] = _mm256_fmadd_ps(p, v1, o1[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256 s = _mm256_set1_ps(inv[r]);
+    _mm256_storeu_ps(out[r], _mm256_mul_ps(o0[r], s));
+    _mm256_storeu_ps(out[r] + 8, _mm256_mul_ps(o1[r], s));
+  }
+}
+
+// The AVX512 attend's tasks and steps (see there), fp32.
+void attend8(const at::Tensor& qc, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& mc, double scale,
+             at::Tensor& out) {
+  const int64_t B = qc.size(0), H = qc.size(1), Q = qc.size(2), D = qc.size(3), KVH = kc.size(1), N = kc.size(2);
+  const int64_t G = H / KVH, R = G * Q;
+  const int64_t per = std::min<int64_t>((R + 1) / 2, TASK_ROWS), parts = (R + per - 1) / per;
+  const float* qp = qc.data_ptr<float>();
+  const float* kp = kc.data_ptr<float>();
+  const float* vp = vc.data_ptr<float>();
+  const float* mp = mc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t mstride_b = mc.size(0) == 1 ? 0 : mc.stride(0);
+  const __m256 vscale = _mm256_set1_ps((float)scale), vseen = _mm256_set1_ps(MASKED);
+  const int64_t kstride = kc.stride(2), vstride = vc.stride(2);
+  at::parallel_for(0, B * KVH * parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / (KVH * parts), kh = (t / parts) % KVH, r0 = (t % parts) * per;
+      const int64_t rows = std::min<int64_t>(per, R - r0);
+      std::vector<float> scores(rows * N);
+      std::vector<float*> srow(rows);
+      std::vector<const float*> qrow(rows), mrow(rows);
+      std::vector<int64_t> head(rows), qi(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        head[r] = kh * G + (r0 + r) / Q;
+        qi[r] = (r0 + r) % Q;
+        qrow[r] = qp + b * qc.stride(0) + head[r] * qc.stride(1) + qi[r] * qc.stride(2);
+        mrow[r] = mp + b * mstride_b + qi[r] * mc.stride(2);
+        srow[r] = scores.data() + r * N;
+      }
+      const float* kb = kp + b * kc.stride(0) + kh * kc.stride(1);
+      const float* vb = vp + b * vc.stride(0) + kh * vc.stride(1);
+      __m256 kt[MAXD];
+      for (int64_t j0 = 0; j0 < N; j0 += 8) {
+        const int64_t slots = std::min<int64_t>(8, N - j0);
+        for (int64_t h = 0; h < D / 8; ++h) {      // 8 slots x 8 dimensions, transposed in registers
+          __m256 rows8[8];
+          for (int64_t sl = 0; sl < 8; ++sl)
+            rows8[sl] = sl < slots ? _mm256_loadu_ps(kb + (j0 + sl) * kstride + 8 * h) : _mm256_setzero_ps();
+          transpose8(rows8);
+          for (int64_t i = 0; i < 8; ++i) kt[8 * h + i] = rows8[i];
+        }
+        const __m256i live = first_lanes8(slots);
+        for (int64_t rt = 0; rt < rows; rt += RTILE) {
+          const int n = static_cast<int>(std::min<int64_t>(RTILE, rows - rt));
+          with_rows(n, [&](auto r) {
+            score_tile8<decltype(r)::value>(kt, D, qrow.data() + rt, mrow.data() + rt, srow.data() + rt, j0, live,
+                                            vscale);
+          });
+        }
+      }
+      std::vector<float> inv(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* s = srow[r];
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < N; ++j) mx = std::max(mx, s[j]);
+        const __m256 m = _mm256_set1_ps(mx);
+        RankSum sum;
+        for (int64_t j = 0; j < N; j += 8) {
+          const __m256i live = first_lanes8(N - j);
+          const __m256 score = _mm256_maskload_ps(s + j, live);
+          const __m256 e = _mm256_and_ps(_mm256_castsi256_ps(live), exp8(_mm256_sub_ps(score, m)));
+          _mm256_maskstore_ps(s + j, live, e);
+          const int seen = _mm256_movemask_ps(_mm256_and_ps(_mm256_castsi256_ps(live),
+                                                            _mm256_cmp_ps(score, vseen, _CMP_GT_OQ)));
+          sum.add(e, seen);
+        }
+        inv[r] = 1.0f / sum.total();
+      }
+      std::vector<float*> orow(rows);
+      for (int64_t rt = 0; rt < rows; rt += VTILE) {
+        const int n = static_cast<int>(std::min<int64_t>(VTILE, rows - rt));
+        for (int64_t c = 0; c < D; c += 16) {
+          for (int64_t r = 0; r < n; ++r) orow[rt + r] = op + ((b * Q + qi[rt + r]) * H + head[rt + r]) * D + c;
+          with_rows_upto<VTILE>(n, [&](auto r) {
+            value_tile8<decltype(r)::value>(srow.data() + rt, inv.data() + rt, vb + c, vstride, N, orow.data() + rt);
+          });
+        }
+      }
+    }
+  });
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     double scale) {
+  TORCH_CHECK(q.scalar_type() != at::kBFloat16, "assistant_kernels::attention: this build (no AVX512-BF16) has no "
+              "bf16 kernel");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
+              q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4,
+              "assistant_kernels::attention: fp32 [B, H, Q, D] query and [B, KVH, N, D] keys/values expected");
+  const int64_t H = q.size(1), Q = q.size(2), D = q.size(3), KVH = k.size(1), N = k.size(2);
+  TORCH_CHECK(D % 32 == 0 && D <= MAXD && H % KVH == 0 && v.size(2) == N && mask.size(2) == Q && mask.size(3) == N,
+              "assistant_kernels::attention: unsupported shapes");
+  const at::Tensor qc = q.stride(3) == 1 ? q : q.contiguous();
+  const at::Tensor kc = k.stride(3) == 1 ? k : k.contiguous();
+  const at::Tensor vc = v.stride(3) == 1 ? v : v.contiguous();
+  const at::Tensor mc = mask.scalar_type() == at::kFloat ? mask.contiguous() : mask.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({q.size(0), Q, H, D}, q.options());
+  attend8(qc, kc, vc, mc, scale, out);
+  return out;
 }
 #endif
 

@@ -38,10 +38,11 @@ ATTENTION = "assistant_window"
 CUDA_NODE_BUCKETS = (2, 4, 8, 16, 32, 64)
 CUDA_WINDOW_STEP = 256
 CUDA_OPTIONS = {"triton.cudagraphs": True}
-# inductor's Python wrapper: its C++ one compiled 45 s longer cold (117 vs 72 s) and ran no faster once
-# loaded from a saved artifact (SmolLM2 bf16, 2 threads: 15.8-19.5 vs 15.8-16.2 ms at w=1, 21.3-22.1 vs
-# 22.9-23.4 at w=16, two runs each)
-CPU_OPTIONS: dict = {"post_grad_custom_pre_pass": DedupPackedLinear()}
+# inductor's C++ wrapper: the graph's ~400 kernel and op calls a pass leave Python (machine G, fp32, SmolLM2,
+# 2 threads, both artifacts loaded in one process and timed in alternation, 15 rounds: 1 node x0.94, 4 x0.96,
+# 8 x0.96, 16 x0.99, i.e. ~0.5 ms a pass); it compiles ~30 s longer (87 vs 59 s there), once per machine, in the
+# background
+CPU_OPTIONS: dict = {"post_grad_custom_pre_pass": DedupPackedLinear(), "cpp_wrapper": True}
 
 
 def window_attention(module, query, key, value, attention_mask, scaling=None, dropout: float = 0.0, **kwargs):

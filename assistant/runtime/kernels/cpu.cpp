@@ -670,6 +670,12 @@ constexpr float EXP_LO = -87.0f, EXP_HI = 88.0f, EXP_LOG2E = 1.44269504088896341
                 EXP_LN2_LO = -2.12194440e-4f;
 constexpr float EXP_POLY[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
                                4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+// A score at or below this is a hidden slot's: the engines' masks add the dtype's min (-3.4e38), a seen slot's
+// score is a scaled dot product, far above it.
+constexpr float MASKED = -1e30f;
+constexpr int64_t RTILE = 8;      // query rows whose scores (AVX512: and outputs) a tile keeps in registers
+constexpr int64_t TASK_ROWS = 64; // most query rows a task takes: its scores (rows x slots, fp32) stay small
+constexpr int64_t MAXD = 256;     // the largest head dimension the attention takes
 
 #if defined(__AVX512F__)
 inline __m512 exp16(__m512 x) {
@@ -721,10 +727,6 @@ inline void transpose16(__m512i r[16]) {
 // gives it, and speculative decoding answers exactly what greedy decoding on this engine answers (bf16, fp32). A
 // block whose 16 slots are all seen while the lanes are aligned is one vector add, as before; only blocks with
 // masked slots (a tree's, a prefill chunk's causal edge) take the compress-and-rotate path.
-// A score at or below this is a hidden slot's: the engines' masks add the dtype's min (-3.4e38), a seen slot's
-// score is a scaled dot product, far above it.
-constexpr float MASKED = -1e30f;
-
 struct RankSum {
   __m512 sum = _mm512_setzero_ps(), buf = _mm512_setzero_ps();
   int fill = 0;                    // seen slots so far, mod 16: the lane the next one goes to
@@ -755,10 +757,6 @@ struct RankSum {
 
   float total() const { return _mm512_reduce_add_ps(_mm512_add_ps(sum, buf)); }
 };
-
-constexpr int64_t RTILE = 8;      // query rows whose scores/outputs a tile keeps in registers
-constexpr int64_t TASK_ROWS = 64; // most query rows a task takes: its scores (rows x slots, fp32) stay small
-constexpr int64_t MAXD = 256;
 
 // The attention's element types: bf16 (keys as d-pairs, one vdpbf16ps per pair of dimensions) and fp32 (one
 // FMA per dimension). A "unit" is one 32-bit lane of a key row: a d-pair of bf16, or one fp32 value.
@@ -961,11 +959,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // does); the denominator in 16 lanes by rank, reduced in _mm512_reduce_add_ps's order; the weighted sum in slot
 // order. Row-invariant for the same reason (see RankSum), and one call a layer where the compiled graph ran two
 // aten::bmm and a softmax (K21).
-constexpr float MASKED = -1e30f;
-constexpr int64_t RTILE = 8;      // query rows whose scores a tile keeps in registers
 constexpr int64_t VTILE = 6;      // query rows x 16 values a weighted-sum tile keeps (12 accumulators)
-constexpr int64_t TASK_ROWS = 64;
-constexpr int64_t MAXD = 256;
 
 inline __m256 exp8(__m256 x) {
   const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_GE_OQ);

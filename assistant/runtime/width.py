@@ -35,8 +35,12 @@ the most expected tokens per second, (1 + drafted(w')) / t(w'). Why online: the 
 comes from GSM8K, where a 16-node tree banks 2.5 tokens a pass; on MT-Bench the same head
 banked 1.46 at 16 nodes, and the fixed width that wins on one costs on the other.
 
-The first pass and every `explore_every`-th pass after it run at the cap so wide widths
-keep fresh evidence. An exploration after which the cap still does not pay doubles the gap
+Without node values, the first pass and every `explore_every`-th pass after it run at the cap so
+wide widths keep fresh evidence. With them a pass never explores: the values already say what a
+wide tree would hold, and a pass at the cap cost x3.95 of a 1-node pass on an AVX2 CPU (machine G);
+replayed on the same answers, dropping those explorations banked 0.1% (a flat table) to 6-8% (G's)
+more tokens per unit of verify cost on GSM8K, MT-Bench and a returning user's follow-ups
+(BENCHMARKS.md, W6). An exploration after which the cap still does not pay doubles the gap
 to the next one (up to `explore_max` passes); one after which it pays resets it; and
 `start_answer()` (the decode loop calls it after every prefill) restarts the cadence,
 keeping what was learned, because a new answer is new text (one that turns repetitive is
@@ -128,15 +132,17 @@ class WidthController:
         return max(self.widths, key=lambda w: (1.0 + csum[min(w - 1, last)]) / self.costs[w])
 
     def next_width(self, values: Sequence[float] | None = None) -> int:
-        """The width of the next pass: the cap when exploring; else, with the drafter's node values for
-        this pass, `best_for` them; without them the best width by what each width banked so far. The
-        values are kept for observe() either way."""
+        """The width of the next pass: with the drafter's node values for this pass, `best_for` them (kept
+        for observe()); without them the cap when exploring, else the best width by what each width banked
+        so far."""
         self.passes += 1
         self._values = None if values is None else list(values)
+        if self._values is not None:
+            return self.best_for(self._values)
         if self.passes == 1 or (self.explore_every and self.passes >= self._next_explore):
             self._exploring = True
             return self.cap
-        return self.best() if self._values is None else self.best_for(self._values)
+        return self.best()
 
     def observe(self, path: list[int], width: int) -> None:
         for w in self.widths:

@@ -117,6 +117,18 @@ def test_node_values_pick_this_passes_width():
     assert c.next_width([0.9] * 15) == 16                     # a long likely copy: the widest tree
 
 
+def test_node_values_never_explore_at_the_cap():
+    c = WidthController({1: 1.0, 4: 1.2, 16: 4.0}, 16, explore_every=2, explore_max=2)
+    widths = []
+    for _ in range(10):
+        widths.append(c.next_width([0.9, 0.8, 0.7] + [0.05] * 12))
+        c.observe([0, 1, 2, 3], widths[-1])
+    c.start_answer()
+    widths.append(c.next_width([0.9, 0.8, 0.7] + [0.05] * 12))
+    assert widths == [4] * 11                                  # a pass at the cap would cost x4 here
+    assert c.next_width() == 16                                # without values: explores as before
+
+
 def test_propose_cuts_a_ranked_proposal_to_the_chosen_width():
     from assistant.runtime.decode import DraftContext, propose
     from assistant.runtime.drafters import UnionDrafter
@@ -143,12 +155,10 @@ def test_values_are_corrected_by_level_not_by_width():
     c.observe([0], 16)
     assert c.next_width([0.9] * 3 + [0.3] * 12) == 16         # as valued, the weak nodes pay for the width
     c.observe([0, 1, 2, 3], 16)
-    c.explore_every = 1                                      # every pass at the cap: all nodes verified
-    for _ in range(60):
-        assert c.next_width([0.9] * 3 + [0.3] * 12) == 16
+    for _ in range(60):                                      # verified at the cap: all nodes seen
+        c.next_width([0.9] * 3 + [0.3] * 12)
         c.observe([0, 1, 2, 3], 16)                          # the likely copy is taken, the weak nodes never
     assert c.value_scale(0.3) < 0.2 and c.value_scale(0.9) > 1.0
     assert c.summary()["scale@0.3"] < 0.2
-    c.explore_every = 0
     assert c.next_width([0.9] * 3 + [0.3] * 12) == 4         # the likely copy alone
     assert c.next_width([0.9] * 15) == 16                    # a long likely copy keeps the widest tree

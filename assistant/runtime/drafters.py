@@ -129,11 +129,12 @@ class PhraseDrafter(_Base):
         self._next = None
 
     def _successors(self) -> list[list[tuple[int, float]]]:
-        """Per row, the chain table's live successors with their probabilities, as Python lists (built once per
-        vocabulary: indexing the tables per heap pop cost ~0.1 ms a pass)."""
+        """Per row, the chain table's live successors with their probabilities (1 without a probability
+        table), as Python lists built once per vocabulary: indexing the tables per heap pop cost ~0.1 ms a pass."""
         if self._next is None:
             rows = self.chain[:, : self.chain_width].tolist()
-            probs = self.chain_p[:, : self.chain_width].tolist()
+            probs = (self.chain_p[:, : self.chain_width].tolist() if self.chain_p is not None
+                     else [[1.0] * len(rs) for rs in rows])
             live = self.vocab.rows
             self._next = [[(r, q) for r, q in zip(rs, qs) if r >= 0 and q > 0 and live[r] is not None]
                           for rs, qs in zip(rows, probs)]
@@ -167,12 +168,11 @@ class PhraseDrafter(_Base):
         if self.chain is None:
             return paths
         frontier = [[row]]
+        successors = self._successors()
         for _ in range(self.chain_depth - 1):
             nxt = []
             for p in frontier:
-                for r in self.chain[p[-1], : self.chain_width].tolist():
-                    if r >= 0 and self.vocab.rows[r] is not None:
-                        nxt.append(p + [r])
+                nxt.extend(p + [r] for r, _ in successors[p[-1]])
             paths = nxt + paths if nxt else paths
             frontier = nxt
         return paths

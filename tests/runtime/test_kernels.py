@@ -450,6 +450,27 @@ def test_block_form_rebuilds_each_weight_and_the_fp32_product_bit_for_bit(n, k, 
 
 
 @native_fp32
+@pytest.mark.parametrize("n", [576, 960, 3072, 48])     # 36, 60, 192 and 3 blocks of 16 columns
+def test_the_threads_split_of_a_product_never_changes_its_values(n):
+    """The tasks a product is split into (GROUP or fewer blocks each, whichever evens out the threads) decide who
+    computes a column, never how: every thread count gives the same values, bit for bit, in block form and fp32."""
+    w = block_weight(n, 576, n + 7)
+    packed = {"blocks": torch.ops.assistant_kernels.pack_blocks(w), "fp32": torch.ops.assistant_kernels.pack(w)}
+    x = torch.randn(5, 576, generator=torch.Generator().manual_seed(n))
+    before = torch.get_num_threads()
+    try:
+        for form, wp in packed.items():
+            for m in (1, 2, 5):
+                ys = []
+                for threads in (1, 2, 3, 4):
+                    torch.set_num_threads(threads)
+                    ys.append(torch.ops.assistant_kernels.linear_packed(x[:m], wp, n).view(torch.int32))
+                assert all(torch.equal(y, ys[0]) for y in ys[1:]), (form, m)
+    finally:
+        torch.set_num_threads(before)
+
+
+@native_fp32
 def test_a_weight_without_the_block_form_stays_fp32():
     """One weight off its block's grid (or a weight that was never quantized) and no form is found: an empty
     tensor, and the packed layout packs that weight fp32."""

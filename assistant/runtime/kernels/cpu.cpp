@@ -215,14 +215,27 @@ void rows(int m, const typename E::T* x, int64_t K, const typename E::T* w, int6
 
 constexpr int64_t GROUP = 4;   // blocks of 16 columns a task takes: 64 columns, <= 196 KB of bf16 W at K = 1536
 
+// The blocks a task takes: GROUP or fewer, whichever gives the busiest thread the fewest blocks (ties: the larger).
+// A 576-column weight (SmolLM2's o and down projections) is 36 blocks: 9 groups of 4 give one of 2 threads 5 and
+// the other 4, idle a fifth of the product; 12 groups of 3 give each 6.
+inline int64_t group_size(int64_t blocks) {
+  const int64_t threads = std::max<int64_t>(at::get_num_threads(), 1);
+  int64_t best = GROUP, least = INT64_MAX;
+  for (int64_t g = GROUP; g >= 1; --g) {
+    const int64_t groups = (blocks + g - 1) / g, busiest = std::min(blocks, (groups + threads - 1) / threads * g);
+    if (busiest < least) best = g, least = busiest;
+  }
+  return best;
+}
+
 template <class E>
 void gemm(const typename E::T* xp, int64_t M, int64_t K, const typename E::T* w, int64_t steps, int64_t blocks,
           typename E::T* yp, int64_t n) {
   constexpr int64_t PER = 64 / sizeof(typename E::T);
-  const int64_t groups = (blocks + GROUP - 1) / GROUP;
+  const int64_t group = group_size(blocks), groups = (blocks + group - 1) / group;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
-      const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
+      const int64_t b0 = g * group, nb = std::min<int64_t>(group, blocks - b0);
       const typename E::T* wb = w + b0 * steps * PER;
       // the next group starts where this one ends; a prefetch past the weight's end never faults
       const char* next = reinterpret_cast<const char*>(wb + nb * steps * PER);
@@ -344,12 +357,12 @@ inline void amx_tile2(const uint16_t* x, int64_t K, const uint16_t* w, int64_t s
 }
 
 void amx_gemm(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* w, int64_t blocks, uint16_t* yp, int64_t n) {
-  const int64_t steps = K / 32, block = K * 16, groups = (blocks + GROUP - 1) / GROUP;
+  const int64_t steps = K / 32, block = K * 16, group = group_size(blocks), groups = (blocks + group - 1) / group;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     alignas(64) float out[32 * 64];
     int configured = 0;
     for (int64_t g = g0; g < g1; ++g) {
-      const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
+      const int64_t b0 = g * group, nb = std::min<int64_t>(group, blocks - b0);
       const uint16_t* wb = w + b0 * block;
       for (int64_t m0 = 0; m0 < M; m0 += 32) {
         const int m = static_cast<int>(std::min<int64_t>(32, M - m0));
@@ -443,10 +456,10 @@ void qrows(int m, const float* x, int64_t K, const int8_t* w, int64_t rb, float*
 
 template <int Q>
 void qgemm(const float* xp, int64_t M, int64_t K, const int8_t* w, int64_t blocks, float* yp, int64_t n) {
-  const int64_t rb = qrow_bytes(K, Q), groups = (blocks + GROUP - 1) / GROUP;
+  const int64_t rb = qrow_bytes(K, Q), group = group_size(blocks), groups = (blocks + group - 1) / group;
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
-      const int64_t b0 = g * GROUP, nb = std::min<int64_t>(GROUP, blocks - b0);
+      const int64_t b0 = g * group, nb = std::min<int64_t>(group, blocks - b0);
       const int8_t* wb = w + b0 * rb;
       const char* next = reinterpret_cast<const char*>(wb + nb * rb);
       const bool fetch = (M >= PREFETCH_MIN_ROWS || !F32::WIDE) && g + 1 < groups;

@@ -39,10 +39,13 @@ def main(out: str, reports: list[str]) -> None:
         ms = d["methods"]
         banked = ms.get("phrase", {}).get("banked_by_source", {})
         total = sum(banked.values()) or 1
-        speed = ms.get("phrase", {}).get("tokens_per_second", 0) / max(ms.get("pld", {}).get("tokens_per_second", 0), 1e-9)
+        # a method the run left out (--methods) reads "-", not 0 (nor a ratio over 0)
+        speed = (f"{ms['phrase']['tokens_per_second'] / ms['pld']['tokens_per_second']:.2f}x"
+                 if ms.get("phrase", {}).get("tokens_per_second") and ms.get("pld", {}).get("tokens_per_second")
+                 else "-")
         print(f"| {Path(d.get('dataset', '?')).stem} | {d['dtype']} | "
-              + " | ".join(f"{ms.get(m, {}).get('tokens_per_pass', 0):.2f}" for m in METHODS)
-              + f" | {speed:.2f}x | " + " | ".join(f"{100 * banked.get(s, 0) / total:.0f}%" for s in sources) + " |")
+              + " | ".join(f"{ms[m]['tokens_per_pass']:.2f}" if m in ms else "-" for m in METHODS)
+              + f" | {speed} | " + " | ".join(f"{100 * banked.get(s, 0) / total:.0f}%" for s in sources) + " |")
     for s in sources:
         ys = []
         for d in data:

@@ -471,6 +471,28 @@ def test_the_threads_split_of_a_product_never_changes_its_values(n):
 
 
 @native_fp32
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_commit_slots_moves_what_the_tensor_ops_move(dtype):
+    """The native commit equals index_select + index_copy of every layer's keys and values at the path's slots,
+    then every length set, for paths that start with the tree's first nodes or skip some; a bad path is refused."""
+    g = torch.Generator().manual_seed(1)
+    for path in ([0], [0, 1, 2], [0, 2, 3], [0, 3, 4, 7], [0, 1, 5]):
+        kv = [torch.randn(1, 3, 40, 64, generator=g).to(dtype) for _ in range(4)]
+        lengths = [torch.tensor(0) for _ in range(2)]
+        want = [t.clone() for t in kv]
+        src, dst = 20 + torch.tensor(path), torch.arange(20, 20 + len(path))
+        for t in want:
+            t.index_copy_(2, dst, t.index_select(2, src))
+        torch.ops.assistant_kernels.commit_slots(kv, lengths, 20, path)
+        assert all(torch.equal(a, b) for a, b in zip(kv, want)), path
+        assert [int(l) for l in lengths] == [20 + len(path)] * 2
+    with pytest.raises(RuntimeError, match="increasing path"):
+        torch.ops.assistant_kernels.commit_slots(kv, lengths, 20, [0, 2, 1])
+    with pytest.raises(RuntimeError, match="past the cache"):
+        torch.ops.assistant_kernels.commit_slots(kv, lengths, 35, [0, 5])
+
+
+@native_fp32
 def test_a_weight_without_the_block_form_stays_fp32():
     """One weight off its block's grid (or a weight that was never quantized) and no form is found: an empty
     tensor, and the packed layout packs that weight fp32."""

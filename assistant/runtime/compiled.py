@@ -141,6 +141,8 @@ class CompiledEngine:
         cfg = model.config
         self.max_len = int(max_len or getattr(cfg, "max_position_embeddings", 0) or 4096)
         self.cuda = model.device.type == "cuda"
+        # the loaded native kernels move a CPU cache's slots in one call (commit_slots), else tensor ops do
+        self.native_commit = model.device.type == "cpu" and kernels.loaded()
         self.node_buckets = CUDA_NODE_BUCKETS if self.cuda else ()
         self.window_step = CUDA_WINDOW_STEP if self.cuda else 1
         self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
@@ -200,9 +202,8 @@ class CompiledEngine:
         self._seek(cache, keep)
         return cache
 
-    @staticmethod
-    def _seek(cache, pos: int) -> None:
-        if _native_commit(cache):
+    def _seek(self, cache, pos: int) -> None:
+        if self.native_commit:
             torch.ops.assistant_kernels.commit_slots([], [l.cumulative_length for l in cache.layers], pos, [])
             return
         for layer in cache.layers:
@@ -317,7 +318,7 @@ class CompiledEngine:
 
     def commit(self, cache, prefix_len: int, path: list[int]) -> int:
         k = len(path)
-        if _native_commit(cache):      # one native call, not four tensor ops a layer (~0.5 ms a pass on a CPU)
+        if self.native_commit:      # one native call, not four tensor ops a layer (~0.5 ms a pass on a CPU)
             torch.ops.assistant_kernels.commit_slots(
                 [t for layer in cache.layers for t in (layer.keys, layer.values)],
                 [layer.cumulative_length for layer in cache.layers], prefix_len, path)
@@ -367,13 +368,6 @@ class CompiledEngine:
             raise EngineUnavailable(f"the compiled verify forward differs from the eager one (relative error "
                                     f"{err:.2g} > {tol}); its cached copy was removed")
         self.check_error = err
-
-
-def _native_commit(cache) -> bool:
-    """The loaded native kernels move a CPU cache's slots (assistant.runtime.kernels: commit_slots)."""
-    from assistant.runtime import kernels
-
-    return kernels.loaded() and cache.layers[0].keys.device.type == "cpu"
 
 
 def _use_user_cache_for_inductor() -> None:
